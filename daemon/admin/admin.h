@@ -1,0 +1,24 @@
+/*
+ * The admin listener: HTTP/1.1 served by libh2o's own server on a thread and loop of its own,
+ * so /metrics and /healthz answer even while every I/O loop or executor thread is busy.
+ *   GET /metrics  Prometheus text 0.0.4 (echod_metrics_render)
+ *   GET /healthz  200 "ok" while the process runs
+ *   GET /readyz   200 while serving, 503 once shutdown has begun
+ */
+#ifndef ECHOD_ADMIN_H
+#define ECHOD_ADMIN_H
+
+#include <stddef.h>
+
+typedef struct echod_admin echod_admin_t;
+
+/* Binds "host:port" and starts the admin thread. Returns NULL and fills err on failure. Main thread. */
+echod_admin_t *echod_admin_start(const char *listen, char *err, size_t errlen);
+
+/* Makes /readyz answer 503 (shutdown has begun). Any thread. */
+void echod_admin_set_draining(echod_admin_t *admin);
+
+/* Stops the loop, joins the thread, closes the socket. Main thread. */
+void echod_admin_stop(echod_admin_t *admin);
+
+#endif

@@ -1,0 +1,60 @@
+/*
+ * Executors: where a call's steps run (DESIGN.md section 4). An executor takes tasks and runs
+ * each exactly once, on a thread of its choosing; it knows nothing of calls or steps.
+ *
+ * Threading: echod_exec_submit is safe from any thread, including the executor's own workers.
+ * create/destroy are called on the main thread only. A task struct is owned by the submitter
+ * until run() is called; the executor never touches it after calling run().
+ */
+#ifndef ECHOD_EXEC_H
+#define ECHOD_EXEC_H
+
+#include <stdint.h>
+#include "config/config.h"
+
+typedef struct echod_task echod_task_t;
+struct echod_task {
+    echod_task_t *next; /* executor-private link while queued */
+    void (*run)(echod_task_t *task);
+    uint64_t enqueued_ns; /* set by the executor at submit; used for the queue-wait histogram */
+};
+
+typedef struct echod_exec echod_exec_t;
+
+/*
+ * Creates an executor. `name` is used for thread names ("echod-fixed-3": name + index, at most
+ * 15 chars as Linux allows). `direct` creates no threads and runs tasks inside submit.
+ * Returns NULL and fills err on failure (thread creation, bad parameters).
+ */
+echod_exec_t *echod_exec_create(const echod_exec_config_t *cfg, const char *name, char *err, size_t errlen);
+
+/* Runs task->run(task) exactly once, now (direct) or later on a worker thread. */
+void echod_exec_submit(echod_exec_t *exec, echod_task_t *task);
+
+/* True for `direct`: submit runs the task on the calling thread before returning. */
+int echod_exec_is_direct(const echod_exec_t *exec);
+
+/* True when tasks run one at a time in FIFO order (direct, or fixed with 1 thread). */
+int echod_exec_is_sequential(const echod_exec_t *exec);
+
+echod_exec_mode_t echod_exec_mode(const echod_exec_t *exec);
+const char *echod_exec_name(const echod_exec_t *exec);
+
+/* Tasks queued but not yet started, and threads alive / running a task (for /metrics). */
+unsigned echod_exec_queue_depth(const echod_exec_t *exec);
+unsigned echod_exec_threads(const echod_exec_t *exec);
+unsigned echod_exec_busy_threads(const echod_exec_t *exec);
+
+/*
+ * Stops accepting work, runs every task already queued, joins every thread, frees. Tasks
+ * submitted during shutdown (by running tasks) are still run. Main thread only.
+ */
+void echod_exec_destroy(echod_exec_t *exec);
+
+/* CPUs this process may use: cgroup v2 cpu.max quota rounded up, else the affinity mask. */
+unsigned echod_exec_available_cpus(void);
+
+/* True when the calling thread is a worker of any echod executor (for tests and metrics). */
+int echod_exec_on_worker(void);
+
+#endif

@@ -1,0 +1,97 @@
+/*
+ * Process-wide counters, gauges and histograms, rendered as Prometheus text 0.0.4.
+ *
+ * This is (with main.c) the only global mutable state in echod. Every update is a relaxed
+ * atomic, safe from any thread; rendering reads them without stopping anyone, so a scrape is
+ * a consistent-enough snapshot, never a lock on the hot path.
+ */
+#ifndef ECHOD_METRICS_H
+#define ECHOD_METRICS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "config/config.h"
+#include "dispatch/step.h"
+
+typedef enum { ECHOD_LOOP_TASK_REQUEST = 0, ECHOD_LOOP_TASK_WRITE, ECHOD_LOOP_TASK_CLOSE, ECHOD_LOOP_TASK__COUNT } echod_loop_task_kind_t;
+typedef enum {
+    ECHOD_FLUSH_TRIGGER_LOOP_TAIL = 0,
+    ECHOD_FLUSH_TRIGGER_READ_COMPLETE,
+    ECHOD_FLUSH_TRIGGER_IMMEDIATE,
+    ECHOD_FLUSH_TRIGGER_LOOP_TASK,
+    ECHOD_FLUSH_TRIGGER__COUNT
+} echod_flush_trigger_t;
+typedef enum { ECHOD_GRPC_UNARY = 0, ECHOD_GRPC_CLIENT_STREAM, ECHOD_GRPC_SERVER_STREAM, ECHOD_GRPC_BIDI_STREAM } echod_grpc_type_t;
+
+#define ECHOD_METRICS_MAX_METHODS 16
+#define ECHOD_METRICS_MAX_EXECUTORS 16
+#define ECHOD_GRPC_CODES 17
+
+/* A cumulative histogram with fixed upper bounds (the +Inf bucket is implicit). */
+typedef struct {
+    const double *bounds; /* ascending, in the unit the value is observed in */
+    size_t nbounds;
+    double scale; /* multiply observed values by this when rendering (e.g. 1e-6 for us -> s) */
+    _Atomic uint64_t *buckets; /* nbounds + 1 entries, non-cumulative; rendered cumulative */
+    _Atomic uint64_t count;
+    _Atomic uint64_t sum; /* in observed units */
+} echod_histogram_t;
+
+typedef struct {
+    const char *service; /* "grpc.examples.echo.Echo" */
+    const char *method;  /* "UnaryEcho" */
+    echod_grpc_type_t type;
+    _Atomic uint64_t started;
+    _Atomic uint64_t handled[ECHOD_GRPC_CODES];
+    _Atomic uint64_t msg_received;
+    _Atomic uint64_t msg_sent;
+} echod_method_metrics_t;
+
+struct echod_exec;
+
+typedef struct {
+    const char *name; /* executor label: "default" or the per-method executor's name */
+    const struct echod_exec *exec; /* for gauges; read through echod_exec_* getters */
+    _Atomic uint64_t dispatches;
+    echod_histogram_t queue_wait; /* microseconds */
+} echod_exec_metrics_t;
+
+typedef struct {
+    _Atomic uint64_t steps[ECHOD_STEP__COUNT];
+    _Atomic uint64_t inline_runs;
+    _Atomic uint64_t loop_tasks[ECHOD_LOOP_TASK__COUNT];
+    _Atomic uint64_t flushes[ECHOD_FLUSH_TRIGGER__COUNT];
+    echod_histogram_t flush_frames;
+    echod_histogram_t flush_bytes;
+    _Atomic int64_t calls_in_flight;
+    _Atomic int64_t connections;
+    _Atomic uint64_t connections_total;
+    _Atomic uint64_t goaways_sent;
+    echod_method_metrics_t methods[ECHOD_METRICS_MAX_METHODS];
+    _Atomic size_t nmethods;
+    echod_exec_metrics_t execs[ECHOD_METRICS_MAX_EXECUTORS];
+    _Atomic size_t nexecs;
+} echod_metrics_t;
+
+/* The one instance. */
+extern echod_metrics_t echod_metrics;
+
+/* Main thread, before any other thread starts: remembers cfg for echod_build_info. */
+void echod_metrics_init(const echod_config_t *cfg);
+
+/* Main thread, at start-up: registers a method; returns its index for echod_metrics.methods. */
+size_t echod_metrics_add_method(const char *service, const char *method, echod_grpc_type_t type);
+
+/* Main thread, at start-up: registers an executor; returns its echod_exec_metrics_t. */
+echod_exec_metrics_t *echod_metrics_add_exec(const char *name, const struct echod_exec *exec);
+
+void echod_histogram_observe(echod_histogram_t *h, uint64_t value);
+
+/* Renders the whole exposition into a malloc'd buffer; *len gets its length. Any thread. */
+char *echod_metrics_render(size_t *len);
+
+#define ECHOD_COUNT(field) atomic_fetch_add_explicit(&(field), 1, memory_order_relaxed)
+#define ECHOD_ADD(field, n) atomic_fetch_add_explicit(&(field), (n), memory_order_relaxed)
+
+#endif

@@ -1,0 +1,9 @@
+#include <time.h>
+#include "util/clock.h"
+
+uint64_t echod_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
