@@ -15,10 +15,16 @@ typedef struct echod_admin echod_admin_t;
 /* Binds "host:port" and starts the admin thread. Returns NULL and fills err on failure. Main thread. */
 echod_admin_t *echod_admin_start(const char *listen, char *err, size_t errlen);
 
+/* The port actually bound (useful when "host:0" was asked for). Any thread. */
+int echod_admin_port(const echod_admin_t *admin);
+
 /* Makes /readyz answer 503 (shutdown has begun). Any thread. */
 void echod_admin_set_draining(echod_admin_t *admin);
 
-/* Stops the loop, joins the thread, closes the socket. Main thread. */
+/*
+ * Stops the loop, closes the listener and every open admin connection, joins the thread and
+ * frees everything. NULL is a no-op. Main thread.
+ */
 void echod_admin_stop(echod_admin_t *admin);
 
 #endif

@@ -46,6 +46,7 @@ typedef struct {
     _Atomic uint64_t handled[ECHOD_GRPC_CODES];
     _Atomic uint64_t msg_received;
     _Atomic uint64_t msg_sent;
+    echod_histogram_t handling; /* microseconds from start_call to closed (grpc_server_handling_seconds) */
 } echod_method_metrics_t;
 
 struct echod_exec;
@@ -77,15 +78,28 @@ typedef struct {
 /* The one instance. */
 extern echod_metrics_t echod_metrics;
 
-/* Main thread, before any other thread starts: remembers cfg for echod_build_info. */
+/*
+ * Main thread, before any other thread starts: zeroes every metric, sets up the histograms and
+ * remembers cfg (not copied; it must outlive every render) for echod_build_info.
+ */
 void echod_metrics_init(const echod_config_t *cfg);
 
-/* Main thread, at start-up: registers a method; returns its index for echod_metrics.methods. */
+/* Main thread, at start-up: the version label of echod_build_info (not copied; "unknown" until set). */
+void echod_metrics_set_version(const char *version);
+
+/*
+ * Main thread, at start-up: registers a method; returns its index for echod_metrics.methods.
+ * The strings are not copied. More than ECHOD_METRICS_MAX_METHODS is a programming error (aborts).
+ */
 size_t echod_metrics_add_method(const char *service, const char *method, echod_grpc_type_t type);
 
-/* Main thread, at start-up: registers an executor; returns its echod_exec_metrics_t. */
+/*
+ * Main thread, at start-up: registers an executor; returns its echod_exec_metrics_t. The name is
+ * not copied; exec may be NULL (no gauges). More than ECHOD_METRICS_MAX_EXECUTORS aborts.
+ */
 echod_exec_metrics_t *echod_metrics_add_exec(const char *name, const struct echod_exec *exec);
 
+/* Any thread; relaxed atomics. A histogram whose init has not run (no buckets) ignores values. */
 void echod_histogram_observe(echod_histogram_t *h, uint64_t value);
 
 /* Renders the whole exposition into a malloc'd buffer; *len gets its length. Any thread. */
