@@ -87,11 +87,30 @@ void echod_config_init(echod_config_t *cfg);
  */
 int echod_config_load_file(echod_config_t *cfg, const char *path, char *err, size_t errlen);
 
-/* Applies one "key.path=value" override with the same validation ("--set: key.path: ..."). */
+/*
+ * Applies one "key.path=value" override with the same validation ("--set key.path: ...").
+ * The value is read as YAML, so a quoted string, an empty value (null) or a flow mapping
+ * (transport={flush: immediate}) work as they do in a file. Under dispatch.per_method the
+ * method path is one segment despite its dots: dispatch.per_method./pkg.Svc/Method.threads=2
+ * creates or edits one entry, dispatch.per_method./pkg.Svc/Method={mode: fixed} replaces it,
+ * dispatch.per_method={} clears them all. On error the config is left unchanged.
+ */
 int echod_config_set(echod_config_t *cfg, const char *assignment, char *err, size_t errlen);
 
-/* Cross-field checks and derived fields (sha256). Call once after loading and overrides. */
+/*
+ * Cross-field checks and derived fields (sha256). Call once after loading and overrides.
+ * Also sorts dispatch.per_method by method, which echod_config_method_exec relies on.
+ */
 int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen);
+
+/* The per-method executor configured for a full method path, or NULL. Valid after finish. */
+const echod_exec_config_t *echod_config_method_exec(const echod_config_t *cfg, const char *method);
+
+/*
+ * Splits a listen address as the config accepts it. host receives "" for any address ("*",
+ * empty), else "localhost", an IPv4 literal or an IPv6 literal without brackets. Returns 0 or -1.
+ */
+int echod_config_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port);
 
 /* Writes the effective config as YAML that echod_config_load_file accepts. */
 void echod_config_dump(const echod_config_t *cfg, FILE *out);
@@ -102,6 +121,8 @@ int echod_config_parse_duration(const char *s, uint64_t *ms);
 const char *echod_exec_mode_name(echod_exec_mode_t mode);
 const char *echod_flush_name(echod_flush_t flush);
 const char *echod_serialize_name(echod_serialize_t s);
+const char *echod_log_level_name(echod_log_level_t level);
+const char *echod_log_format_name(echod_log_format_t format);
 
 void echod_config_free(echod_config_t *cfg);
 

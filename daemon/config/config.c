@@ -1,0 +1,1260 @@
+/*
+ * One schema table drives everything: loading a file, --set, and dump. A key is found by
+ * walking the table, and a value (a libyaml node) is applied by one setter per kind, so a
+ * file and a --set cannot disagree on what a key accepts, and dump cannot forget a key.
+ *
+ * Load and --set work on a copy and swap it in only on success: a rejected file or override
+ * leaves the caller's config exactly as it was.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <openssl/evp.h>
+#include <yaml.h>
+#include "config/config.h"
+
+/* Schema */
+
+typedef enum {
+    KEY_SECTION,    /* a mapping of further keys; assigning a mapping merges key by key */
+    KEY_STRING,     /* char *, may be empty */
+    KEY_NAME,       /* char *, must be non-empty */
+    KEY_HOSTPORT,   /* char *, checked as host:port */
+    KEY_UINT,       /* unsigned integer of `size` bytes, within [min, max] */
+    KEY_ENUM,       /* stored as unsigned int, one of `names` */
+    KEY_BOOL,       /* bool */
+    KEY_DURATION,   /* uint64_t milliseconds */
+    KEY_PER_METHOD, /* the dispatch.per_method dictionary; assigning it replaces it whole */
+} key_kind_t;
+
+typedef struct key_def key_def_t;
+struct key_def {
+    const char *name;
+    key_kind_t kind;
+    size_t offset; /* from the base of the enclosing section */
+    size_t size;
+    uint64_t min, max;
+    const char *const *names;  /* KEY_ENUM, NULL-terminated */
+    const key_def_t *children; /* KEY_SECTION, terminated by a NULL name */
+};
+
+static const char *const exec_mode_names[] = {"direct", "fixed", "cached", "workstealing", NULL};
+static const char *const flush_names[] = {"loop_tail", "read_complete", "immediate", NULL};
+static const char *const serialize_names[] = {"auto", "always", NULL};
+static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
+static const char *const log_format_names[] = {"text", "json", NULL};
+
+#define FIELD(type, member) offsetof(type, member), sizeof(((type *)0)->member)
+#define INT31_MAX           2147483647u
+/* A day is "forever" for every duration here, and keeps ms -> ns conversions far from overflow. */
+#define MAX_DURATION_MS (24 * 60 * 60 * 1000ull)
+
+/* Shared by `executor` and every per_method entry, which are the same struct. */
+static const key_def_t exec_keys[] = {
+    {"mode", KEY_ENUM, FIELD(echod_exec_config_t, mode), 0, 0, exec_mode_names, NULL},
+    {"threads", KEY_UINT, FIELD(echod_exec_config_t, threads), 0, 1024, NULL, NULL},
+    {"max_threads", KEY_UINT, FIELD(echod_exec_config_t, max_threads), 0, 4096, NULL, NULL},
+    {"keep_alive", KEY_DURATION, FIELD(echod_exec_config_t, keep_alive_ms), 0, MAX_DURATION_MS, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+};
+
+static const key_def_t listen_keys[] = {
+    {"grpc", KEY_HOSTPORT, FIELD(echod_config_t, listen.grpc), 0, 0, NULL, NULL},
+    {"admin", KEY_HOSTPORT, FIELD(echod_config_t, listen.admin), 0, 0, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+};
+
+static const key_def_t tls_keys[] = {
+    {"cert", KEY_STRING, FIELD(echod_config_t, tls.cert), 0, 0, NULL, NULL},
+    {"key", KEY_STRING, FIELD(echod_config_t, tls.key), 0, 0, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+};
+
+static const key_def_t io_keys[] = {
+    {"event_loops", KEY_UINT, FIELD(echod_config_t, io.event_loops), 1, 64, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+};
+
+static const key_def_t transport_keys[] = {
+    {"max_concurrent_streams", KEY_UINT, FIELD(echod_config_t, transport.max_concurrent_streams), 1, INT31_MAX, NULL,
+     NULL},
+    {"max_receive_message_bytes", KEY_UINT, FIELD(echod_config_t, transport.max_receive_message_bytes), 1, INT31_MAX,
+     NULL, NULL},
+    {"initial_window_bytes", KEY_UINT, FIELD(echod_config_t, transport.initial_window_bytes), 65535, INT31_MAX, NULL,
+     NULL},
+    {"max_send_buffer_bytes", KEY_UINT, FIELD(echod_config_t, transport.max_send_buffer_bytes), 1024, 1u << 30, NULL,
+     NULL},
+    {"flush", KEY_ENUM, FIELD(echod_config_t, transport.flush), 0, 0, flush_names, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+};
+
+static const key_def_t dispatch_keys[] = {
+    {"serialize", KEY_ENUM, FIELD(echod_config_t, dispatch.serialize), 0, 0, serialize_names, NULL},
+    {"merge_lookup_and_start", KEY_BOOL, FIELD(echod_config_t, dispatch.merge_lookup_and_start), 0, 0, NULL, NULL},
+    {"coalesce_end_stream", KEY_BOOL, FIELD(echod_config_t, dispatch.coalesce_end_stream), 0, 0, NULL, NULL},
+    {"per_method", KEY_PER_METHOD, 0, 0, 0, 0, NULL, exec_keys},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+};
+
+static const key_def_t echo_keys[] = {
+    {"server_streaming_count", KEY_UINT, FIELD(echod_config_t, echo.server_streaming_count), 1, 100000, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+};
+
+static const key_def_t shutdown_keys[] = {
+    {"drain_timeout", KEY_DURATION, FIELD(echod_config_t, shutdown.drain_timeout_ms), 0, MAX_DURATION_MS, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+};
+
+static const key_def_t log_keys[] = {
+    {"level", KEY_ENUM, FIELD(echod_config_t, log.level), 0, 0, log_level_names, NULL},
+    {"format", KEY_ENUM, FIELD(echod_config_t, log.format), 0, 0, log_format_names, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+};
+
+/*
+ * Section offsets say where the children's base is: 0 (the config) for all but executor,
+ * whose children are shared with per_method entries and so are relative to the exec struct.
+ */
+static const key_def_t top_keys[] = {
+    {"arm", KEY_NAME, FIELD(echod_config_t, arm), 0, 0, NULL, NULL},
+    {"listen", KEY_SECTION, 0, 0, 0, 0, NULL, listen_keys},
+    {"tls", KEY_SECTION, 0, 0, 0, 0, NULL, tls_keys},
+    {"io", KEY_SECTION, 0, 0, 0, 0, NULL, io_keys},
+    {"transport", KEY_SECTION, 0, 0, 0, 0, NULL, transport_keys},
+    {"executor", KEY_SECTION, FIELD(echod_config_t, executor), 0, 0, NULL, exec_keys},
+    {"dispatch", KEY_SECTION, 0, 0, 0, 0, NULL, dispatch_keys},
+    {"echo", KEY_SECTION, 0, 0, 0, 0, NULL, echo_keys},
+    {"shutdown", KEY_SECTION, 0, 0, 0, 0, NULL, shutdown_keys},
+    {"log", KEY_SECTION, 0, 0, 0, 0, NULL, log_keys},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+};
+
+static const key_def_t root_key = {"", KEY_SECTION, 0, 0, 0, 0, NULL, top_keys};
+
+/* Small helpers */
+
+/* Config is built once at startup; there is nothing sensible to do without memory. */
+static char *xstrdup(const char *s)
+{
+    char *p = strdup(s);
+    if (p == NULL) {
+        fputs("echod: out of memory\n", stderr);
+        abort();
+    }
+    return p;
+}
+
+static void *xrealloc(void *p, size_t n)
+{
+    p = realloc(p, n);
+    if (p == NULL) {
+        fputs("echod: out of memory\n", stderr);
+        abort();
+    }
+    return p;
+}
+
+static void set_string(char **field, const char *value)
+{
+    char *copy = xstrdup(value);
+    free(*field);
+    *field = copy;
+}
+
+static void store_uint(void *field, size_t size, uint64_t v)
+{
+    switch (size) {
+    case sizeof(uint8_t): {
+        uint8_t x = (uint8_t)v;
+        memcpy(field, &x, size);
+    } break;
+    case sizeof(uint16_t): {
+        uint16_t x = (uint16_t)v;
+        memcpy(field, &x, size);
+    } break;
+    case sizeof(uint32_t): {
+        uint32_t x = (uint32_t)v;
+        memcpy(field, &x, size);
+    } break;
+    default: {
+        uint64_t x = v;
+        memcpy(field, &x, sizeof(x));
+    } break;
+    }
+}
+
+static uint64_t load_uint(const void *field, size_t size)
+{
+    switch (size) {
+    case sizeof(uint8_t): {
+        uint8_t x;
+        memcpy(&x, field, size);
+        return x;
+    }
+    case sizeof(uint16_t): {
+        uint16_t x;
+        memcpy(&x, field, size);
+        return x;
+    }
+    case sizeof(uint32_t): {
+        uint32_t x;
+        memcpy(&x, field, size);
+        return x;
+    }
+    default: {
+        uint64_t x;
+        memcpy(&x, field, sizeof(x));
+        return x;
+    }
+    }
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Renders a user value for an error message: quoted, one line, bounded, so the message stays one line. */
+static void quote_value(char *dst, size_t cap, const char *src)
+{
+    size_t o = 0, max_chars = 64;
+    dst[o++] = '"';
+    for (size_t i = 0; src[i] != '\0' && o + 8 < cap; i++) {
+        if (i == max_chars) {
+            o += (size_t)snprintf(dst + o, cap - o, "...");
+            break;
+        }
+        unsigned char c = (unsigned char)src[i];
+        if (c == '"' || c == '\\') {
+            dst[o++] = '\\';
+            dst[o++] = (char)c;
+        } else if (c < 0x20 || c == 0x7f) {
+            o += (size_t)snprintf(dst + o, cap - o, "\\x%02x", c);
+        } else {
+            dst[o++] = (char)c;
+        }
+    }
+    dst[o++] = '"';
+    dst[o] = '\0';
+}
+
+static void list_names(char *dst, size_t cap, const char *const *names)
+{
+    size_t o = 0;
+    dst[0] = '\0';
+    for (size_t i = 0; names[i] != NULL && o < cap; i++)
+        o += (size_t)snprintf(dst + o, cap - o, "%s%s", i ? ", " : "", names[i]);
+}
+
+static void list_keys(char *dst, size_t cap, const key_def_t *keys)
+{
+    size_t o = 0;
+    dst[0] = '\0';
+    for (size_t i = 0; keys[i].name != NULL && o < cap; i++)
+        o += (size_t)snprintf(dst + o, cap - o, "%s%s", i ? ", " : "", keys[i].name);
+}
+
+/* Value parsers (shared by the setters, finish and the public helpers) */
+
+static int parse_uint(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (*s == '\0')
+        return -1;
+    for (; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+int echod_config_parse_duration(const char *s, uint64_t *ms)
+{
+    if (s == NULL)
+        return -1;
+    size_t digits = strspn(s, "0123456789");
+    if (digits == 0 || digits > 20)
+        return -1;
+    char num[21];
+    memcpy(num, s, digits);
+    num[digits] = '\0';
+    uint64_t v, scale;
+    if (parse_uint(num, &v) != 0)
+        return -1;
+    const char *unit = s + digits;
+    if (strcmp(unit, "") == 0 || strcmp(unit, "ms") == 0)
+        scale = 1;
+    else if (strcmp(unit, "s") == 0)
+        scale = 1000;
+    else if (strcmp(unit, "m") == 0)
+        scale = 60000;
+    else
+        return -1;
+    if (v > UINT64_MAX / scale)
+        return -1;
+    *ms = v * scale;
+    return 0;
+}
+
+static int parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+    for (size_t i = 0; i < 3; i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int echod_config_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port)
+{
+    const char *colon, *h = s;
+    size_t hlen;
+    char buf[64];
+
+    if (s == NULL)
+        return -1;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (close == NULL || close[1] != ':')
+            return -1;
+        h = s + 1;
+        hlen = (size_t)(close - h);
+        colon = close + 1;
+        struct in6_addr a6;
+        if (hlen == 0 || hlen >= sizeof(buf))
+            return -1;
+        memcpy(buf, h, hlen);
+        buf[hlen] = '\0';
+        if (inet_pton(AF_INET6, buf, &a6) != 1)
+            return -1;
+    } else {
+        /* The last colon, so that a bare IPv6 literal fails the host check instead of splitting oddly. */
+        colon = strrchr(s, ':');
+        if (colon == NULL)
+            return -1;
+        hlen = (size_t)(colon - s);
+        if (hlen >= sizeof(buf))
+            return -1;
+        memcpy(buf, s, hlen);
+        buf[hlen] = '\0';
+        struct in_addr a4;
+        if (strcmp(buf, "*") == 0) {
+            buf[0] = '\0';
+            hlen = 0;
+        } else if (hlen != 0 && strcmp(buf, "localhost") != 0 && inet_pton(AF_INET, buf, &a4) != 1) {
+            return -1;
+        }
+    }
+    uint64_t p;
+    if (parse_uint(colon + 1, &p) != 0 || strlen(colon + 1) > 5 || p < 1 || p > 65535)
+        return -1;
+    if (host != NULL) {
+        if (hlen >= hostlen)
+            return -1;
+        memcpy(host, buf, hlen);
+        host[hlen] = '\0';
+    }
+    if (port != NULL)
+        *port = (uint16_t)p;
+    return 0;
+}
+
+/* "/package.Service/Method": exactly two slashes, neither part empty, nothing that cannot be in a path. */
+static int valid_method_path(const char *s)
+{
+    if (s[0] != '/')
+        return 0;
+    const char *second = strchr(s + 1, '/');
+    if (second == NULL || second == s + 1 || second[1] == '\0' || strchr(second + 1, '/') != NULL)
+        return 0;
+    for (const char *p = s; *p != '\0'; p++)
+        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+            return 0;
+    return 1;
+}
+
+/* Applying YAML nodes */
+
+typedef struct {
+    yaml_document_t *doc;
+    const char *file; /* NULL for --set */
+    echod_config_t *cfg;
+    char *err;
+    size_t errlen;
+    char path[512]; /* dotted key path of the node being applied */
+} apply_ctx_t;
+
+static void node_error(apply_ctx_t *ctx, const yaml_node_t *node, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void node_error(apply_ctx_t *ctx, const yaml_node_t *node, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    const char *path = ctx->path[0] != '\0' ? ctx->path : "(top level)";
+    if (ctx->file != NULL)
+        set_err(ctx->err, ctx->errlen, "%s:%zu:%zu: %s: %s", ctx->file, node->start_mark.line + 1,
+                node->start_mark.column + 1, path, msg);
+    else
+        set_err(ctx->err, ctx->errlen, "--set %s: %s", path, msg);
+}
+
+/* Pushes one segment onto ctx->path; returns the old length so the caller can pop it. */
+static size_t path_push(apply_ctx_t *ctx, const char *segment)
+{
+    size_t len = strlen(ctx->path);
+    snprintf(ctx->path + len, sizeof(ctx->path) - len, "%s%s", len ? "." : "", segment);
+    return len;
+}
+
+static void path_pop(apply_ctx_t *ctx, size_t len)
+{
+    ctx->path[len] = '\0';
+}
+
+/* An empty plain scalar, "~" or "null": written as `key:` with nothing after it. */
+static int is_null(const yaml_node_t *node)
+{
+    if (node->type != YAML_SCALAR_NODE || node->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return 0;
+    const char *v = (const char *)node->data.scalar.value;
+    return v[0] == '\0' || strcmp(v, "~") == 0 || strcmp(v, "null") == 0 || strcmp(v, "Null") == 0 ||
+           strcmp(v, "NULL") == 0;
+}
+
+/* Describes what a node is for "got ..." when its type is wrong. */
+static void describe_node(char *dst, size_t cap, const yaml_node_t *node)
+{
+    switch (node->type) {
+    case YAML_SCALAR_NODE:
+        quote_value(dst, cap, (const char *)node->data.scalar.value);
+        break;
+    case YAML_SEQUENCE_NODE:
+        snprintf(dst, cap, "a sequence");
+        break;
+    case YAML_MAPPING_NODE:
+        snprintf(dst, cap, "a mapping");
+        break;
+    default:
+        snprintf(dst, cap, "nothing");
+        break;
+    }
+}
+
+static void expected_what(char *dst, size_t cap, const key_def_t *key)
+{
+    char names[256];
+    switch (key->kind) {
+    case KEY_SECTION:
+    case KEY_PER_METHOD:
+        snprintf(dst, cap, "a mapping");
+        break;
+    case KEY_STRING:
+        snprintf(dst, cap, "a string");
+        break;
+    case KEY_NAME:
+        snprintf(dst, cap, "a non-empty string");
+        break;
+    case KEY_HOSTPORT:
+        snprintf(dst, cap,
+                 "host:port with port 1..65535 and host an IPv4 address, [IPv6 address], localhost, * or "
+                 "empty");
+        break;
+    case KEY_UINT:
+        snprintf(dst, cap, "an integer from %llu to %llu", (unsigned long long)key->min, (unsigned long long)key->max);
+        break;
+    case KEY_ENUM:
+        list_names(names, sizeof(names), key->names);
+        snprintf(dst, cap, "one of %s", names);
+        break;
+    case KEY_BOOL:
+        snprintf(dst, cap, "a boolean (true/false, yes/no, on/off)");
+        break;
+    case KEY_DURATION:
+        snprintf(dst, cap, "a duration up to 1440m (a day) such as 250ms, 10s or 2m (a bare number is milliseconds)");
+        break;
+    }
+}
+
+static int type_error(apply_ctx_t *ctx, const key_def_t *key, const yaml_node_t *node)
+{
+    char want[512], got[128];
+    expected_what(want, sizeof(want), key);
+    describe_node(got, sizeof(got), node);
+    node_error(ctx, node, "expected %s, got %s", want, got);
+    return -1;
+}
+
+static int apply_node(apply_ctx_t *ctx, const key_def_t *key, char *base, yaml_node_t *node);
+
+/* Every key of a mapping must be a scalar and appear once; libyaml itself accepts duplicates silently. */
+static int check_mapping_key(apply_ctx_t *ctx, yaml_node_t *mapping, yaml_node_pair_t *pair, yaml_node_t **key_out)
+{
+    yaml_node_t *k = yaml_document_get_node(ctx->doc, pair->key);
+    if (k->type != YAML_SCALAR_NODE) {
+        char got[128];
+        describe_node(got, sizeof(got), k);
+        node_error(ctx, k, "expected a string as key, got %s", got);
+        return -1;
+    }
+    for (yaml_node_pair_t *p = mapping->data.mapping.pairs.start; p < pair; p++) {
+        yaml_node_t *earlier = yaml_document_get_node(ctx->doc, p->key);
+        if (earlier->type == YAML_SCALAR_NODE &&
+            strcmp((const char *)earlier->data.scalar.value, (const char *)k->data.scalar.value) == 0) {
+            char q[128];
+            quote_value(q, sizeof(q), (const char *)k->data.scalar.value);
+            path_push(ctx, (const char *)k->data.scalar.value);
+            node_error(ctx, k, "duplicate key %s (first at line %zu)", q, earlier->start_mark.line + 1);
+            return -1;
+        }
+    }
+    *key_out = k;
+    return 0;
+}
+
+static int apply_section(apply_ctx_t *ctx, const key_def_t *section, char *base, yaml_node_t *node)
+{
+    if (is_null(node))
+        return 0;
+    if (node->type != YAML_MAPPING_NODE)
+        return type_error(ctx, section, node);
+    base += section->offset;
+    for (yaml_node_pair_t *pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top; pair++) {
+        yaml_node_t *k;
+        if (check_mapping_key(ctx, node, pair, &k) != 0)
+            return -1;
+        const char *name = (const char *)k->data.scalar.value;
+        const key_def_t *child = section->children;
+        while (child->name != NULL && strcmp(child->name, name) != 0)
+            child++;
+        size_t saved = path_push(ctx, name);
+        if (child->name == NULL) {
+            char keys[512], q[128];
+            list_keys(keys, sizeof(keys), section->children);
+            quote_value(q, sizeof(q), name);
+            node_error(ctx, k, "unknown key %s; valid keys %s%s: %s", q, saved ? "of " : "at the top level",
+                       saved ? section->name : "", keys);
+            return -1;
+        }
+        if (apply_node(ctx, child, base, yaml_document_get_node(ctx->doc, pair->value)) != 0)
+            return -1;
+        path_pop(ctx, saved);
+    }
+    return 0;
+}
+
+static echod_per_method_t *find_method(echod_config_t *cfg, const char *method)
+{
+    for (size_t i = 0; i < cfg->dispatch.per_method_count; i++)
+        if (strcmp(cfg->dispatch.per_method[i].method, method) == 0)
+            return &cfg->dispatch.per_method[i];
+    return NULL;
+}
+
+static void exec_defaults(echod_exec_config_t *exec)
+{
+    exec->mode = ECHOD_EXEC_DIRECT;
+    exec->threads = 0;
+    exec->max_threads = 0;
+    exec->keep_alive_ms = 60000;
+}
+
+/* A method's entry, created with the executor defaults if it does not exist yet. */
+static echod_per_method_t *get_method(echod_config_t *cfg, const char *method)
+{
+    echod_per_method_t *pm = find_method(cfg, method);
+    if (pm != NULL)
+        return pm;
+    cfg->dispatch.per_method =
+        xrealloc(cfg->dispatch.per_method, (cfg->dispatch.per_method_count + 1) * sizeof(*cfg->dispatch.per_method));
+    pm = &cfg->dispatch.per_method[cfg->dispatch.per_method_count++];
+    pm->method = xstrdup(method);
+    exec_defaults(&pm->exec);
+    return pm;
+}
+
+static void clear_methods(echod_config_t *cfg)
+{
+    for (size_t i = 0; i < cfg->dispatch.per_method_count; i++)
+        free(cfg->dispatch.per_method[i].method);
+    free(cfg->dispatch.per_method);
+    cfg->dispatch.per_method = NULL;
+    cfg->dispatch.per_method_count = 0;
+}
+
+static const key_def_t method_entry_key = {"per_method entry", KEY_SECTION, 0, 0, 0, 0, NULL, exec_keys};
+
+static int check_method_name(apply_ctx_t *ctx, const yaml_node_t *at, const char *method)
+{
+    if (valid_method_path(method))
+        return 0;
+    char q[128];
+    quote_value(q, sizeof(q), method);
+    node_error(ctx, at, "expected a method path \"/package.Service/Method\" as key, got %s", q);
+    return -1;
+}
+
+/*
+ * Assigning an entry replaces it: fields it does not name take the executor defaults, not
+ * whatever an earlier file or --set left there, so an entry means the same wherever it appears.
+ */
+static int apply_method_entry(apply_ctx_t *ctx, const char *method, yaml_node_t *node)
+{
+    echod_per_method_t *pm = get_method(ctx->cfg, method);
+    exec_defaults(&pm->exec);
+    return apply_section(ctx, &method_entry_key, (char *)&pm->exec, node);
+}
+
+/* The dictionary is a value, not a section: assigning it replaces every entry, so `{}` clears it. */
+static int apply_per_method(apply_ctx_t *ctx, const key_def_t *key, yaml_node_t *node)
+{
+    if (!is_null(node) && node->type != YAML_MAPPING_NODE)
+        return type_error(ctx, key, node);
+    clear_methods(ctx->cfg);
+    if (is_null(node))
+        return 0;
+    for (yaml_node_pair_t *pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top; pair++) {
+        yaml_node_t *k;
+        if (check_mapping_key(ctx, node, pair, &k) != 0)
+            return -1;
+        const char *method = (const char *)k->data.scalar.value;
+        size_t saved = path_push(ctx, method);
+        if (check_method_name(ctx, k, method) != 0 ||
+            apply_method_entry(ctx, method, yaml_document_get_node(ctx->doc, pair->value)) != 0)
+            return -1;
+        path_pop(ctx, saved);
+    }
+    return 0;
+}
+
+static int apply_node(apply_ctx_t *ctx, const key_def_t *key, char *base, yaml_node_t *node)
+{
+    if (key->kind == KEY_SECTION)
+        return apply_section(ctx, key, base, node);
+    if (key->kind == KEY_PER_METHOD)
+        return apply_per_method(ctx, key, node);
+    if (node->type != YAML_SCALAR_NODE)
+        return type_error(ctx, key, node);
+
+    const char *v = (const char *)node->data.scalar.value;
+    void *field = base + key->offset;
+    uint64_t u;
+    bool b;
+    switch (key->kind) {
+    case KEY_STRING:
+        set_string(field, is_null(node) ? "" : v);
+        return 0;
+    case KEY_NAME:
+        if (is_null(node) || v[0] == '\0')
+            return type_error(ctx, key, node);
+        set_string(field, v);
+        return 0;
+    case KEY_HOSTPORT:
+        if (echod_config_parse_hostport(v, NULL, 0, NULL) != 0)
+            return type_error(ctx, key, node);
+        set_string(field, v);
+        return 0;
+    case KEY_UINT:
+        if (parse_uint(v, &u) != 0 || u < key->min || u > key->max)
+            return type_error(ctx, key, node);
+        store_uint(field, key->size, u);
+        return 0;
+    case KEY_ENUM:
+        for (unsigned i = 0; key->names[i] != NULL; i++) {
+            if (strcmp(key->names[i], v) == 0) {
+                store_uint(field, key->size, i);
+                return 0;
+            }
+        }
+        return type_error(ctx, key, node);
+    case KEY_BOOL:
+        if (parse_bool(v, &b) != 0)
+            return type_error(ctx, key, node);
+        memcpy(field, &b, sizeof(b));
+        return 0;
+    case KEY_DURATION:
+        if (echod_config_parse_duration(v, &u) != 0 || u > key->max)
+            return type_error(ctx, key, node);
+        store_uint(field, key->size, u);
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* Copying, so that a failed load or --set changes nothing */
+
+static void copy_config(echod_config_t *dst, const echod_config_t *src)
+{
+    *dst = *src;
+    dst->arm = xstrdup(src->arm);
+    dst->listen.grpc = xstrdup(src->listen.grpc);
+    dst->listen.admin = xstrdup(src->listen.admin);
+    dst->tls.cert = xstrdup(src->tls.cert);
+    dst->tls.key = xstrdup(src->tls.key);
+    dst->dispatch.per_method = NULL;
+    if (src->dispatch.per_method_count != 0) {
+        dst->dispatch.per_method = xrealloc(NULL, src->dispatch.per_method_count * sizeof(*src->dispatch.per_method));
+        for (size_t i = 0; i < src->dispatch.per_method_count; i++) {
+            dst->dispatch.per_method[i] = src->dispatch.per_method[i];
+            dst->dispatch.per_method[i].method = xstrdup(src->dispatch.per_method[i].method);
+        }
+    }
+}
+
+static void commit_config(echod_config_t *cfg, echod_config_t *work)
+{
+    echod_config_free(cfg);
+    *cfg = *work;
+    /* Whatever was digested before no longer describes this config; finish computes it again. */
+    cfg->sha256[0] = '\0';
+}
+
+/* Public API */
+
+void echod_config_init(echod_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->arm = xstrdup("default");
+    cfg->listen.grpc = xstrdup("0.0.0.0:50051");
+    cfg->listen.admin = xstrdup("0.0.0.0:8080");
+    cfg->tls.cert = xstrdup("");
+    cfg->tls.key = xstrdup("");
+    cfg->io.event_loops = 1;
+    cfg->transport.max_concurrent_streams = 1000;
+    cfg->transport.max_receive_message_bytes = 4194304;
+    cfg->transport.initial_window_bytes = 1048576;
+    cfg->transport.max_send_buffer_bytes = 32768;
+    cfg->transport.flush = ECHOD_FLUSH_LOOP_TAIL;
+    exec_defaults(&cfg->executor);
+    cfg->dispatch.serialize = ECHOD_SERIALIZE_AUTO;
+    cfg->dispatch.merge_lookup_and_start = false;
+    cfg->dispatch.coalesce_end_stream = false;
+    cfg->echo.server_streaming_count = 10;
+    cfg->shutdown.drain_timeout_ms = 10000;
+    cfg->log.level = ECHOD_LOG_INFO;
+    cfg->log.format = ECHOD_LOG_TEXT;
+}
+
+void echod_config_free(echod_config_t *cfg)
+{
+    free(cfg->arm);
+    free(cfg->listen.grpc);
+    free(cfg->listen.admin);
+    free(cfg->tls.cert);
+    free(cfg->tls.key);
+    clear_methods(cfg);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+/* libyaml reports reader errors (bad encoding) by byte offset only; turn that into line:col. */
+static void offset_to_mark(const char *buf, size_t len, size_t offset, size_t *line, size_t *col)
+{
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < offset && i < len; i++) {
+        if (buf[i] == '\n') {
+            ++*line;
+            *col = 1;
+        } else {
+            ++*col;
+        }
+    }
+}
+
+static void yaml_error(const yaml_parser_t *parser, const char *where, const char *buf, size_t len, char *err,
+                       size_t errlen)
+{
+    size_t line = parser->problem_mark.line + 1, col = parser->problem_mark.column + 1;
+    const char *problem = parser->problem != NULL ? parser->problem : "unknown error";
+    if (parser->error == YAML_READER_ERROR)
+        offset_to_mark(buf, len, parser->problem_offset, &line, &col);
+    if (parser->context != NULL)
+        set_err(err, errlen, "%s:%zu:%zu: YAML syntax error: %s (%s at line %zu, column %zu)", where, line, col,
+                problem, parser->context, parser->context_mark.line + 1, parser->context_mark.column + 1);
+    else
+        set_err(err, errlen, "%s:%zu:%zu: YAML syntax error: %s", where, line, col, problem);
+}
+
+static int read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        set_err(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    size_t cap = 4096, n = 0;
+    char *data = xrealloc(NULL, cap);
+    for (;;) {
+        size_t got = fread(data + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+        if (n == cap)
+            data = xrealloc(data, cap *= 2);
+    }
+    /* fopen succeeds on a directory; the read is what fails, with EISDIR. */
+    if (ferror(f)) {
+        int e = errno;
+        fclose(f);
+        free(data);
+        set_err(err, errlen, "cannot read %s: %s", path, strerror(e));
+        return -1;
+    }
+    fclose(f);
+    *buf = data;
+    *len = n;
+    return 0;
+}
+
+int echod_config_load_file(echod_config_t *cfg, const char *path, char *err, size_t errlen)
+{
+    char *buf;
+    size_t len;
+    if (read_file(path, &buf, &len, err, errlen) != 0)
+        return -1;
+
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    int ret = -1, have_doc = 0;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)buf, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        yaml_error(&parser, path, buf, len, err, errlen);
+        goto out;
+    }
+    have_doc = 1;
+
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root != NULL) {
+        /* A second document would be ignored silently by a single load; make it loud instead. */
+        yaml_document_t extra;
+        if (!yaml_parser_load(&parser, &extra)) {
+            yaml_error(&parser, path, buf, len, err, errlen);
+            goto out;
+        }
+        yaml_node_t *extra_root = yaml_document_get_root_node(&extra);
+        if (extra_root != NULL) {
+            set_err(err, errlen, "%s:%zu:%zu: only one YAML document is allowed", path, extra.start_mark.line + 1,
+                    extra.start_mark.column + 1);
+            yaml_document_delete(&extra);
+            goto out;
+        }
+        yaml_document_delete(&extra);
+
+        echod_config_t work;
+        copy_config(&work, cfg);
+        apply_ctx_t ctx = {.doc = &doc, .file = path, .cfg = &work, .err = err, .errlen = errlen};
+        if (apply_node(&ctx, &root_key, (char *)&work, root) != 0) {
+            echod_config_free(&work);
+            goto out;
+        }
+        commit_config(cfg, &work);
+    } else {
+        cfg->sha256[0] = '\0';
+    }
+    snprintf(cfg->source, sizeof(cfg->source), "%s", path);
+    ret = 0;
+
+out:
+    if (have_doc)
+        yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    free(buf);
+    return ret;
+}
+
+/*
+ * Finds the key a --set path names. Segments are split on '.', except below per_method: a
+ * method path has dots of its own ("/grpc.examples.echo.Echo/UnaryEcho"), and gRPC method
+ * names have none, so the method ends at the first '.' after its second '/', or at the end.
+ */
+typedef struct {
+    const key_def_t *key;
+    char *base;
+    char method[256]; /* set when the target is a per_method entry or a field of one */
+} set_target_t;
+
+static int resolve_set_path(apply_ctx_t *ctx, const char *path, set_target_t *t)
+{
+    const key_def_t *section = &root_key;
+    char *base = (char *)ctx->cfg;
+    const char *p = path;
+    t->method[0] = '\0';
+
+    for (;;) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot != NULL ? (size_t)(dot - p) : strlen(p);
+        const key_def_t *child = section->children;
+        while (child->name != NULL && (strlen(child->name) != n || strncmp(child->name, p, n) != 0))
+            child++;
+        if (child->name == NULL) {
+            char keys[512], seg[128], q[160];
+            list_keys(keys, sizeof(keys), section->children);
+            snprintf(seg, sizeof(seg), "%.*s", (int)n, p);
+            quote_value(q, sizeof(q), seg);
+            set_err(ctx->err, ctx->errlen, "--set %s: unknown key %s; valid keys %s%s: %s", path, q,
+                    section == &root_key ? "at the top level" : "of ", section == &root_key ? "" : section->name, keys);
+            return -1;
+        }
+        if (dot == NULL) {
+            t->key = child;
+            t->base = base;
+            return 0;
+        }
+        p = dot + 1;
+        if (child->kind == KEY_SECTION) {
+            section = child;
+            base += child->offset;
+            continue;
+        }
+        if (child->kind != KEY_PER_METHOD) {
+            set_err(ctx->err, ctx->errlen, "--set %s: %.*s is not a mapping, it takes a value itself", path,
+                    (int)(p - 1 - path), path);
+            return -1;
+        }
+        const char *second = p[0] == '/' ? strchr(p + 1, '/') : NULL;
+        const char *field = second != NULL ? strchr(second, '.') : p[0] != '/' ? strchr(p, '.') : NULL;
+        size_t mlen = field != NULL ? (size_t)(field - p) : strlen(p);
+        snprintf(t->method, sizeof(t->method), "%.*s", (int)mlen, p);
+        if (!valid_method_path(t->method) || mlen >= sizeof(t->method)) {
+            char q[160];
+            quote_value(q, sizeof(q), t->method);
+            set_err(ctx->err, ctx->errlen,
+                    "--set %s: expected a method path \"/package.Service/Method\" after "
+                    "dispatch.per_method., got %s",
+                    path, q);
+            return -1;
+        }
+        if (field == NULL) {
+            t->key = &method_entry_key;
+            t->base = NULL;
+            return 0;
+        }
+        section = &method_entry_key;
+        base = NULL; /* the entry may not exist yet; the caller creates it once the value is known to be good */
+        p = field + 1;
+    }
+}
+
+int echod_config_set(echod_config_t *cfg, const char *assignment, char *err, size_t errlen)
+{
+    const char *eq = strchr(assignment, '=');
+    if (eq == NULL) {
+        set_err(err, errlen, "--set %s: expected key.path=value", assignment);
+        return -1;
+    }
+    char path[512];
+    if ((size_t)(eq - assignment) >= sizeof(path) || eq == assignment) {
+        set_err(err, errlen, "--set %s: expected key.path=value with a key path of 1 to %zu characters", assignment,
+                sizeof(path) - 1);
+        return -1;
+    }
+    memcpy(path, assignment, (size_t)(eq - assignment));
+    path[eq - assignment] = '\0';
+    const char *value = eq + 1;
+
+    echod_config_t work;
+    copy_config(&work, cfg);
+    apply_ctx_t ctx = {.doc = NULL, .file = NULL, .cfg = &work, .err = err, .errlen = errlen};
+    snprintf(ctx.path, sizeof(ctx.path), "%s", path);
+    set_target_t t;
+    if (resolve_set_path(&ctx, path, &t) != 0) {
+        echod_config_free(&work);
+        return -1;
+    }
+
+    /* The value is YAML, so `--set x=` is null, `--set 'x="a b"'` is a string and a flow mapping works too. */
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)value, strlen(value));
+    int ok = yaml_parser_load(&parser, &doc);
+    if (!ok) {
+        char q[160];
+        quote_value(q, sizeof(q), value);
+        set_err(err, errlen,
+                "--set %s: cannot parse %s as a YAML value: %s (put a string that starts with [ { * & ! | > %% @ "
+                "or ` in double quotes)",
+                path, q, parser.problem != NULL ? parser.problem : "unknown error");
+        yaml_parser_delete(&parser);
+        echod_config_free(&work);
+        return -1;
+    }
+    yaml_parser_delete(&parser);
+
+    /* An empty value has no root node; treat it as the null it means (`key:` in a file). */
+    yaml_node_t *node = yaml_document_get_root_node(&doc);
+    if (node == NULL) {
+        int id = yaml_document_add_scalar(&doc, NULL, (yaml_char_t *)"", 0, YAML_PLAIN_SCALAR_STYLE);
+        node = id != 0 ? yaml_document_get_node(&doc, id) : NULL;
+    }
+    ctx.doc = &doc;
+    int ret = -1;
+    if (node == NULL) {
+        set_err(err, errlen, "--set %s: out of memory", path);
+    } else if (t.method[0] != '\0' && t.key == &method_entry_key) {
+        ret = apply_method_entry(&ctx, t.method, node);
+    } else if (t.method[0] != '\0') {
+        /* Created only now, so a bad field name above never leaves an empty entry behind. */
+        echod_per_method_t *pm = get_method(&work, t.method);
+        ret = apply_node(&ctx, t.key, (char *)&pm->exec, node);
+    } else {
+        ret = apply_node(&ctx, t.key, t.base, node);
+    }
+    yaml_document_delete(&doc);
+    if (ret != 0) {
+        echod_config_free(&work);
+        return -1;
+    }
+    commit_config(cfg, &work);
+    return 0;
+}
+
+/* Dump */
+
+static void dump_string(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(out, "\\x%02x", c);
+        else
+            fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+/* Whole seconds when exact, so the defaults read as they do in config/echod.yaml. */
+static void dump_duration(FILE *out, uint64_t ms)
+{
+    if (ms != 0 && ms % 1000 == 0)
+        fprintf(out, "%llus", (unsigned long long)(ms / 1000));
+    else
+        fprintf(out, "%llums", (unsigned long long)ms);
+}
+
+static void dump_keys(FILE *out, const key_def_t *keys, const char *base, const echod_config_t *cfg, int indent)
+{
+    for (const key_def_t *k = keys; k->name != NULL; k++) {
+        const void *field = base + k->offset;
+        fprintf(out, "%*s%s:", indent, "", k->name);
+        switch (k->kind) {
+        case KEY_SECTION:
+            fputc('\n', out);
+            dump_keys(out, k->children, base + k->offset, cfg, indent + 2);
+            continue;
+        case KEY_PER_METHOD:
+            if (cfg->dispatch.per_method_count == 0) {
+                fputs(" {}\n", out);
+                continue;
+            }
+            fputc('\n', out);
+            for (size_t i = 0; i < cfg->dispatch.per_method_count; i++) {
+                fprintf(out, "%*s", indent + 2, "");
+                dump_string(out, cfg->dispatch.per_method[i].method);
+                fputs(":\n", out);
+                dump_keys(out, k->children, (const char *)&cfg->dispatch.per_method[i].exec, cfg, indent + 4);
+            }
+            continue;
+        case KEY_STRING:
+        case KEY_NAME:
+        case KEY_HOSTPORT: {
+            const char *s;
+            memcpy(&s, field, sizeof(s));
+            fputc(' ', out);
+            dump_string(out, s);
+        } break;
+        case KEY_UINT:
+            fprintf(out, " %llu", (unsigned long long)load_uint(field, k->size));
+            break;
+        case KEY_ENUM:
+            fprintf(out, " %s", k->names[load_uint(field, k->size)]);
+            break;
+        case KEY_BOOL: {
+            bool b;
+            memcpy(&b, field, sizeof(b));
+            fputs(b ? " true" : " false", out);
+        } break;
+        case KEY_DURATION:
+            fputc(' ', out);
+            dump_duration(out, load_uint(field, k->size));
+            break;
+        }
+        fputc('\n', out);
+    }
+}
+
+void echod_config_dump(const echod_config_t *cfg, FILE *out)
+{
+    dump_keys(out, top_keys, (const char *)cfg, cfg, 0);
+}
+
+/* Finish */
+
+static int cmp_method(const void *a, const void *b)
+{
+    return strcmp(((const echod_per_method_t *)a)->method, ((const echod_per_method_t *)b)->method);
+}
+
+static int digest_dump(echod_config_t *cfg)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (mem == NULL)
+        return -1;
+    echod_config_dump(cfg, mem);
+    if (fclose(mem) != 0) {
+        free(text);
+        return -1;
+    }
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned mdlen = 0;
+    int ok = EVP_Digest(text, len, md, &mdlen, EVP_sha256(), NULL);
+    free(text);
+    if (!ok || mdlen != 32)
+        return -1;
+    for (unsigned i = 0; i < mdlen; i++)
+        snprintf(cfg->sha256 + 2 * i, 3, "%02x", md[i]);
+    return 0;
+}
+
+static int is_any_host(const char *host)
+{
+    return host[0] == '\0' || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
+}
+
+int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
+{
+    const char *src = cfg->source[0] != '\0' ? cfg->source : "(built-in defaults)";
+
+    if ((cfg->tls.cert[0] == '\0') != (cfg->tls.key[0] == '\0')) {
+        set_err(err, errlen,
+                "%s: tls.cert and tls.key: set both to serve TLS, or leave both empty for plaintext h2c "
+                "(only tls.%s is set)",
+                src, cfg->tls.cert[0] != '\0' ? "cert" : "key");
+        return -1;
+    }
+
+    /* Checked again here because a caller may have written the struct directly. */
+    char grpc_host[64], admin_host[64];
+    uint16_t grpc_port, admin_port;
+    static const char hostport_rule[] =
+        "expected host:port with port 1..65535 and host an IPv4 address, [IPv6 address], localhost, * or empty";
+    if (echod_config_parse_hostport(cfg->listen.grpc, grpc_host, sizeof(grpc_host), &grpc_port) != 0) {
+        char q[128];
+        quote_value(q, sizeof(q), cfg->listen.grpc);
+        set_err(err, errlen, "%s: listen.grpc: %s, got %s", src, hostport_rule, q);
+        return -1;
+    }
+    if (echod_config_parse_hostport(cfg->listen.admin, admin_host, sizeof(admin_host), &admin_port) != 0) {
+        char q[128];
+        quote_value(q, sizeof(q), cfg->listen.admin);
+        set_err(err, errlen, "%s: listen.admin: %s, got %s", src, hostport_rule, q);
+        return -1;
+    }
+    if (grpc_port == admin_port &&
+        (is_any_host(grpc_host) || is_any_host(admin_host) || strcmp(grpc_host, admin_host) == 0)) {
+        set_err(err, errlen,
+                "%s: listen.grpc and listen.admin: both bind port %u on overlapping addresses (\"%s\" and "
+                "\"%s\"); give the admin listener its own port",
+                src, grpc_port, cfg->listen.grpc, cfg->listen.admin);
+        return -1;
+    }
+
+    if (cfg->dispatch.merge_lookup_and_start && cfg->dispatch.per_method_count != 0) {
+        set_err(err, errlen,
+                "%s: dispatch.merge_lookup_and_start and dispatch.per_method (%zu entr%s, first \"%s\") cannot be "
+                "combined: method_lookup and start_call are separate steps so that method_lookup can switch the call "
+                "to its per-method executor before start_call runs there; merged, there is no point at which to "
+                "switch. Drop one of the two",
+                src, cfg->dispatch.per_method_count, cfg->dispatch.per_method_count == 1 ? "y" : "ies",
+                cfg->dispatch.per_method[0].method);
+        return -1;
+    }
+    for (size_t i = 0; i < cfg->dispatch.per_method_count; i++) {
+        if (!valid_method_path(cfg->dispatch.per_method[i].method)) {
+            char q[128];
+            quote_value(q, sizeof(q), cfg->dispatch.per_method[i].method);
+            set_err(err, errlen,
+                    "%s: dispatch.per_method: expected a method path \"/package.Service/Method\" as key, "
+                    "got %s",
+                    src, q);
+            return -1;
+        }
+    }
+
+    /* Sorted so the digest does not depend on the order entries were given in, and lookups can bsearch. */
+    if (cfg->dispatch.per_method_count > 1)
+        qsort(cfg->dispatch.per_method, cfg->dispatch.per_method_count, sizeof(*cfg->dispatch.per_method), cmp_method);
+
+    if (digest_dump(cfg) != 0) {
+        set_err(err, errlen, "%s: cannot compute the config digest", src);
+        return -1;
+    }
+    return 0;
+}
+
+const echod_exec_config_t *echod_config_method_exec(const echod_config_t *cfg, const char *method)
+{
+    echod_per_method_t keyv = {.method = (char *)method};
+    const echod_per_method_t *pm;
+    if (cfg->dispatch.per_method_count == 0)
+        return NULL;
+    pm = bsearch(&keyv, cfg->dispatch.per_method, cfg->dispatch.per_method_count, sizeof(*pm), cmp_method);
+    return pm != NULL ? &pm->exec : NULL;
+}
+
+const char *echod_exec_mode_name(echod_exec_mode_t mode)
+{
+    return (unsigned)mode < 4 ? exec_mode_names[mode] : "unknown";
+}
+
+const char *echod_flush_name(echod_flush_t flush)
+{
+    return (unsigned)flush < 3 ? flush_names[flush] : "unknown";
+}
+
+const char *echod_serialize_name(echod_serialize_t s)
+{
+    return (unsigned)s < 2 ? serialize_names[s] : "unknown";
+}
+
+const char *echod_log_level_name(echod_log_level_t level)
+{
+    return (unsigned)level < 4 ? log_level_names[level] : "unknown";
+}
+
+const char *echod_log_format_name(echod_log_format_t format)
+{
+    return (unsigned)format < 2 ? log_format_names[format] : "unknown";
+}
