@@ -102,6 +102,12 @@ echod_exec_metrics_t *echod_metrics_add_exec(const char *name, const struct echo
 /* Any thread; relaxed atomics. A histogram whose init has not run (no buckets) ignores values. */
 void echod_histogram_observe(echod_histogram_t *h, uint64_t value);
 
+/*
+ * Fits echod_exec_set_observer's on_start: ctx is the executor's echod_exec_metrics_t; the wait
+ * arrives in nanoseconds and is observed into queue_wait in microseconds. Any thread.
+ */
+void echod_metrics_observe_queue_wait(void *ctx, uint64_t wait_ns);
+
 /* Renders the whole exposition into a malloc'd buffer; *len gets its length. Any thread. */
 char *echod_metrics_render(size_t *len);
 

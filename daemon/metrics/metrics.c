@@ -1,0 +1,605 @@
+/*
+ * Metrics storage and the Prometheus text exposition (format 0.0.4).
+ *
+ * Writers only ever do relaxed atomic adds; the renderer only ever does relaxed loads. A scrape
+ * therefore sees each number exactly, but not all numbers at one instant: that is the price of
+ * never taking a lock on the hot path, and Prometheus is built to tolerate it.
+ */
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <unistd.h>
+#include "dispatch/exec.h"
+#include "grpc/status.h"
+#include "metrics/metrics.h"
+
+echod_metrics_t echod_metrics;
+
+/* Flush sizes: one frame up to a batch that would fill a 256-frame writev. */
+static const double flush_frames_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+/* Flush bytes: a lone PING ack (tens of bytes) up to 1 MiB, in powers of 4. */
+static const double flush_bytes_bounds[] = {64, 256, 1024, 4096, 16384, 65536, 262144, 1048576};
+/* Microsecond-scale latencies: a hand-off costs a few us, a stalled pool up to seconds. */
+static const double latency_bounds_us[] = {1,    2,    5,    10,    20,    50,     100,    200, 500,
+                                           1000, 2000, 5000, 10000, 50000, 100000, 500000, 1e6};
+
+#define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+static _Atomic uint64_t flush_frames_buckets[NELEMS(flush_frames_bounds) + 1];
+static _Atomic uint64_t flush_bytes_buckets[NELEMS(flush_bytes_bounds) + 1];
+static _Atomic uint64_t queue_wait_buckets[ECHOD_METRICS_MAX_EXECUTORS][NELEMS(latency_bounds_us) + 1];
+static _Atomic uint64_t handling_buckets[ECHOD_METRICS_MAX_METHODS][NELEMS(latency_bounds_us) + 1];
+
+/* Set once at start-up, before the admin thread (the only reader) exists. */
+static const echod_config_t *metrics_cfg;
+static const char *metrics_version = "unknown";
+static double process_start_time;
+
+static const char *const grpc_type_names[] = {"unary", "client_stream", "server_stream", "bidi_stream"};
+static const char *const loop_task_names[ECHOD_LOOP_TASK__COUNT] = {"request", "write", "close"};
+static const char *const flush_trigger_names[ECHOD_FLUSH_TRIGGER__COUNT] = {"loop_tail", "read_complete", "immediate",
+                                                                            "loop_task"};
+
+static void histogram_setup(echod_histogram_t *h, const double *bounds, size_t nbounds, double scale,
+                            _Atomic uint64_t *buckets)
+{
+    h->bounds = bounds;
+    h->nbounds = nbounds;
+    h->scale = scale;
+    h->buckets = buckets;
+    for (size_t i = 0; i <= nbounds; ++i)
+        atomic_store_explicit(&buckets[i], 0, memory_order_relaxed);
+    atomic_store_explicit(&h->count, 0, memory_order_relaxed);
+    atomic_store_explicit(&h->sum, 0, memory_order_relaxed);
+}
+
+/* Reads a small /proc file whole; returns its length or -1. */
+static ssize_t read_proc(const char *path, char *buf, size_t cap)
+{
+    FILE *fp = fopen(path, "re");
+    if (fp == NULL)
+        return -1;
+    size_t n = fread(buf, 1, cap - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    return (ssize_t)n;
+}
+
+/*
+ * Process start in seconds since the epoch: boot time plus the start tick from /proc/self/stat.
+ * The wall clock at init would be off by however long the config load took; this is what
+ * client_golang's process collector reports too, so dashboards agree.
+ */
+static double compute_start_time(void)
+{
+    char buf[1024];
+    struct timeval now;
+    gettimeofday(&now, NULL);
+    double fallback = (double)now.tv_sec + now.tv_usec / 1e6;
+
+    if (read_proc("/proc/self/stat", buf, sizeof(buf)) <= 0)
+        return fallback;
+    /* comm (field 2) may hold spaces and parentheses: fields are counted from the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL)
+        return fallback;
+    unsigned long long start_ticks = 0;
+    int field = 2;
+    char *save = NULL;
+    for (char *tok = strtok_r(p + 1, " ", &save); tok != NULL; tok = strtok_r(NULL, " ", &save)) {
+        if (++field == 22) {
+            start_ticks = strtoull(tok, NULL, 10);
+            break;
+        }
+    }
+    if (field != 22)
+        return fallback;
+
+    FILE *fp = fopen("/proc/stat", "re");
+    if (fp == NULL)
+        return fallback;
+    /* The intr line can be many kilobytes long, hence getline rather than a fixed buffer. */
+    char *line = NULL;
+    size_t linecap = 0;
+    unsigned long long btime = 0;
+    while (getline(&line, &linecap, fp) != -1) {
+        if (strncmp(line, "btime ", 6) == 0) {
+            btime = strtoull(line + 6, NULL, 10);
+            break;
+        }
+    }
+    free(line);
+    fclose(fp);
+    long hz = sysconf(_SC_CLK_TCK);
+    if (btime == 0 || hz <= 0)
+        return fallback;
+    return (double)btime + (double)start_ticks / (double)hz;
+}
+
+void echod_metrics_init(const echod_config_t *cfg)
+{
+    /* No other thread exists yet, so plain stores into the atomics are race-free. */
+    memset(&echod_metrics, 0, sizeof(echod_metrics));
+    metrics_cfg = cfg;
+    histogram_setup(&echod_metrics.flush_frames, flush_frames_bounds, NELEMS(flush_frames_bounds), 1,
+                    flush_frames_buckets);
+    histogram_setup(&echod_metrics.flush_bytes, flush_bytes_bounds, NELEMS(flush_bytes_bounds), 1, flush_bytes_buckets);
+    process_start_time = compute_start_time();
+}
+
+void echod_metrics_set_version(const char *version)
+{
+    metrics_version = version != NULL ? version : "unknown";
+}
+
+size_t echod_metrics_add_method(const char *service, const char *method, echod_grpc_type_t type)
+{
+    size_t idx = atomic_load_explicit(&echod_metrics.nmethods, memory_order_relaxed);
+    if (idx >= ECHOD_METRICS_MAX_METHODS) {
+        fprintf(stderr, "echod: more than %d methods registered for metrics\n", ECHOD_METRICS_MAX_METHODS);
+        abort();
+    }
+    echod_method_metrics_t *m = &echod_metrics.methods[idx];
+    m->service = service;
+    m->method = method;
+    m->type = type;
+    histogram_setup(&m->handling, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6, handling_buckets[idx]);
+    /* Release: a renderer that sees the new count also sees the slot filled in. */
+    atomic_store_explicit(&echod_metrics.nmethods, idx + 1, memory_order_release);
+    return idx;
+}
+
+echod_exec_metrics_t *echod_metrics_add_exec(const char *name, const struct echod_exec *exec)
+{
+    size_t idx = atomic_load_explicit(&echod_metrics.nexecs, memory_order_relaxed);
+    if (idx >= ECHOD_METRICS_MAX_EXECUTORS) {
+        fprintf(stderr, "echod: more than %d executors registered for metrics\n", ECHOD_METRICS_MAX_EXECUTORS);
+        abort();
+    }
+    echod_exec_metrics_t *e = &echod_metrics.execs[idx];
+    e->name = name;
+    e->exec = exec;
+    histogram_setup(&e->queue_wait, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6, queue_wait_buckets[idx]);
+    atomic_store_explicit(&echod_metrics.nexecs, idx + 1, memory_order_release);
+    return e;
+}
+
+void echod_histogram_observe(echod_histogram_t *h, uint64_t value)
+{
+    if (h->buckets == NULL)
+        return;
+    /* Binary search for the first bound >= value; nbounds is the +Inf bucket. */
+    size_t lo = 0, hi = h->nbounds;
+    double v = (double)value;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v <= h->bounds[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    atomic_fetch_add_explicit(&h->buckets[lo], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum, value, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+}
+
+void echod_metrics_observe_queue_wait(void *ctx, uint64_t wait_ns)
+{
+    echod_exec_metrics_t *e = ctx;
+    echod_histogram_observe(&e->queue_wait, wait_ns / 1000);
+}
+
+/* -------------------------------------------------------------------------------------------- */
+/* rendering */
+
+typedef struct {
+    char *base;
+    size_t len;
+    size_t cap;
+    int failed; /* an allocation failed: the result is discarded */
+} mbuf_t;
+
+static int mbuf_reserve(mbuf_t *b, size_t extra)
+{
+    if (b->failed)
+        return -1;
+    if (b->len + extra + 1 <= b->cap)
+        return 0;
+    size_t cap = b->cap != 0 ? b->cap : 16384;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *p = realloc(b->base, cap);
+    if (p == NULL) {
+        b->failed = 1;
+        return -1;
+    }
+    b->base = p;
+    b->cap = cap;
+    return 0;
+}
+
+static void mbuf_append(mbuf_t *b, const char *s, size_t n)
+{
+    if (mbuf_reserve(b, n) != 0)
+        return;
+    memcpy(b->base + b->len, s, n);
+    b->len += n;
+    b->base[b->len] = '\0';
+}
+
+static void mbuf_puts(mbuf_t *b, const char *s)
+{
+    mbuf_append(b, s, strlen(s));
+}
+
+__attribute__((format(printf, 2, 3))) static void mbuf_printf(mbuf_t *b, const char *fmt, ...)
+{
+    va_list ap;
+    if (mbuf_reserve(b, 128) != 0)
+        return;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->base + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->failed = 1;
+        return;
+    }
+    if ((size_t)n >= b->cap - b->len) {
+        if (mbuf_reserve(b, (size_t)n) != 0)
+            return;
+        va_start(ap, fmt);
+        vsnprintf(b->base + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+    }
+    b->len += (size_t)n;
+}
+
+/* Label values may come from configuration (executor names, the arm): escape per the format. */
+static void mbuf_label_value(mbuf_t *b, const char *s)
+{
+    if (s == NULL)
+        s = "";
+    for (; *s != '\0'; ++s) {
+        switch (*s) {
+        case '\\':
+            mbuf_append(b, "\\\\", 2);
+            break;
+        case '"':
+            mbuf_append(b, "\\\"", 2);
+            break;
+        case '\n':
+            mbuf_append(b, "\\n", 2);
+            break;
+        default:
+            mbuf_append(b, s, 1);
+            break;
+        }
+    }
+}
+
+static void mbuf_label(mbuf_t *b, int first, const char *name, const char *value)
+{
+    if (!first)
+        mbuf_append(b, ",", 1);
+    mbuf_puts(b, name);
+    mbuf_append(b, "=\"", 2);
+    mbuf_label_value(b, value);
+    mbuf_append(b, "\"", 1);
+}
+
+static void family(mbuf_t *b, const char *name, const char *type, const char *help)
+{
+    mbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Shortest text that reads back as the same double, so bucket bounds look like "5e-06", not noise. */
+static void format_double(char *dst, size_t cap, double v)
+{
+    for (int prec = 1; prec <= 17; ++prec) {
+        snprintf(dst, cap, "%.*g", prec, v);
+        if (strtod(dst, NULL) == v)
+            return;
+    }
+}
+
+/*
+ * Applies a histogram's scale. A scale like 1e-6 is not exact in binary, so multiplying by it
+ * turns 5 into 4.9999999999999996e-06; dividing by the exact integer 1e6 gives the intended value.
+ */
+static double scaled(double v, double scale)
+{
+    if (scale == 1)
+        return v;
+    if (scale < 1) {
+        double inv = (double)(uint64_t)(1 / scale + 0.5);
+        if (inv * scale > 0.999999999 && inv * scale < 1.000000001)
+            return v / inv;
+    }
+    return v * scale;
+}
+
+static uint64_t load(const _Atomic uint64_t *p)
+{
+    return atomic_load_explicit(p, memory_order_relaxed);
+}
+
+static int64_t load_signed(const _Atomic int64_t *p)
+{
+    return atomic_load_explicit(p, memory_order_relaxed);
+}
+
+/* One histogram series; labels is a preformatted, already escaped "a=\"x\"" list or "". */
+static void histogram_series(mbuf_t *b, const char *name, const char *labels, const echod_histogram_t *h)
+{
+    const char *lbrace = labels[0] != '\0' ? "{" : "", *rbrace = labels[0] != '\0' ? "}" : "";
+    const char *sep = labels[0] != '\0' ? "," : "";
+    char num[64];
+    uint64_t cum = 0;
+    size_t nbounds = h->buckets != NULL ? h->nbounds : 0;
+
+    for (size_t i = 0; i < nbounds; ++i) {
+        cum += load(&h->buckets[i]);
+        format_double(num, sizeof(num), scaled(h->bounds[i], h->scale));
+        mbuf_printf(b, "%s_bucket{%s%sle=\"%s\"} %" PRIu64 "\n", name, labels, sep, num, cum);
+    }
+    cum += h->buckets != NULL ? load(&h->buckets[nbounds]) : load(&h->count);
+    mbuf_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name, labels, sep, cum);
+
+    uint64_t sum = load(&h->sum);
+    if (h->scale == 1) {
+        snprintf(num, sizeof(num), "%" PRIu64, sum);
+    } else {
+        format_double(num, sizeof(num), scaled((double)sum, h->scale));
+    }
+    mbuf_printf(b, "%s_sum%s%s%s %s\n", name, lbrace, labels, rbrace, num);
+    /*
+     * _count is the bucket total, not h->count: an observation racing with this scrape may have
+     * bumped one but not yet the other, and the +Inf bucket and _count must never disagree.
+     */
+    mbuf_printf(b, "%s_count%s%s%s %" PRIu64 "\n", name, lbrace, labels, rbrace, cum);
+}
+
+static void render_dispatch(mbuf_t *b)
+{
+    family(b, "echod_call_steps_total", "counter", "Submissions to the per-call serializer, by step.");
+    for (size_t i = 0; i < ECHOD_STEP__COUNT; ++i)
+        mbuf_printf(b, "echod_call_steps_total{step=\"%s\"} %" PRIu64 "\n", echod_step_names[i],
+                    load(&echod_metrics.steps[i]));
+
+    family(b, "echod_inline_runs_total", "counter", "Steps run at once by the inline runner (no dispatch).");
+    mbuf_printf(b, "echod_inline_runs_total %" PRIu64 "\n", load(&echod_metrics.inline_runs));
+
+    family(b, "echod_loop_tasks_total", "counter", "Work posted back to an I/O loop from another thread, by kind.");
+    for (size_t i = 0; i < ECHOD_LOOP_TASK__COUNT; ++i)
+        mbuf_printf(b, "echod_loop_tasks_total{kind=\"%s\"} %" PRIu64 "\n", loop_task_names[i],
+                    load(&echod_metrics.loop_tasks[i]));
+
+    family(b, "echod_flushes_total", "counter", "Write-queue flushes (one writev each), by trigger.");
+    for (size_t i = 0; i < ECHOD_FLUSH_TRIGGER__COUNT; ++i)
+        mbuf_printf(b, "echod_flushes_total{trigger=\"%s\"} %" PRIu64 "\n", flush_trigger_names[i],
+                    load(&echod_metrics.flushes[i]));
+
+    family(b, "echod_flush_frames", "histogram", "HTTP/2 frames written per flush.");
+    histogram_series(b, "echod_flush_frames", "", &echod_metrics.flush_frames);
+    family(b, "echod_flush_bytes", "histogram", "Bytes written per flush.");
+    histogram_series(b, "echod_flush_bytes", "", &echod_metrics.flush_bytes);
+}
+
+static void render_executors(mbuf_t *b)
+{
+    size_t n = atomic_load_explicit(&echod_metrics.nexecs, memory_order_acquire);
+    mbuf_t labels[ECHOD_METRICS_MAX_EXECUTORS];
+    memset(labels, 0, sizeof(labels));
+    for (size_t i = 0; i < n; ++i) {
+        mbuf_label(&labels[i], 1, "executor", echod_metrics.execs[i].name);
+        if (labels[i].failed)
+            b->failed = 1;
+    }
+    if (b->failed)
+        goto Exit;
+
+    family(b, "echod_executor_dispatches_total", "counter",
+           "Serializer drains handed to an underlying executor (cross-thread hand-offs).");
+    for (size_t i = 0; i < n; ++i)
+        mbuf_printf(b, "echod_executor_dispatches_total{%s} %" PRIu64 "\n", labels[i].base,
+                    load(&echod_metrics.execs[i].dispatches));
+
+    family(b, "echod_executor_queue_depth", "gauge", "Tasks queued but not yet started.");
+    for (size_t i = 0; i < n; ++i)
+        if (echod_metrics.execs[i].exec != NULL)
+            mbuf_printf(b, "echod_executor_queue_depth{%s} %u\n", labels[i].base,
+                        echod_exec_queue_depth(echod_metrics.execs[i].exec));
+
+    family(b, "echod_executor_threads", "gauge", "Executor threads alive.");
+    for (size_t i = 0; i < n; ++i)
+        if (echod_metrics.execs[i].exec != NULL)
+            mbuf_printf(b, "echod_executor_threads{%s} %u\n", labels[i].base,
+                        echod_exec_threads(echod_metrics.execs[i].exec));
+
+    family(b, "echod_executor_busy_threads", "gauge", "Executor threads running a task.");
+    for (size_t i = 0; i < n; ++i)
+        if (echod_metrics.execs[i].exec != NULL)
+            mbuf_printf(b, "echod_executor_busy_threads{%s} %u\n", labels[i].base,
+                        echod_exec_busy_threads(echod_metrics.execs[i].exec));
+
+    family(b, "echod_executor_queue_wait_seconds", "histogram", "Time a task waited between submit and run.");
+    for (size_t i = 0; i < n; ++i)
+        histogram_series(b, "echod_executor_queue_wait_seconds", labels[i].base, &echod_metrics.execs[i].queue_wait);
+
+Exit:
+    for (size_t i = 0; i < n; ++i)
+        free(labels[i].base);
+}
+
+static void render_calls(mbuf_t *b)
+{
+    family(b, "echod_calls_in_flight", "gauge", "Calls started and not yet closed.");
+    mbuf_printf(b, "echod_calls_in_flight %" PRId64 "\n", load_signed(&echod_metrics.calls_in_flight));
+    family(b, "echod_connections", "gauge", "Open gRPC connections.");
+    mbuf_printf(b, "echod_connections %" PRId64 "\n", load_signed(&echod_metrics.connections));
+    family(b, "echod_connections_total", "counter", "gRPC connections accepted.");
+    mbuf_printf(b, "echod_connections_total %" PRIu64 "\n", load(&echod_metrics.connections_total));
+    family(b, "echod_goaways_sent_total", "counter", "GOAWAY frames sent.");
+    mbuf_printf(b, "echod_goaways_sent_total %" PRIu64 "\n", load(&echod_metrics.goaways_sent));
+}
+
+static void render_grpc(mbuf_t *b)
+{
+    size_t n = atomic_load_explicit(&echod_metrics.nmethods, memory_order_acquire);
+    mbuf_t labels[ECHOD_METRICS_MAX_METHODS];
+    memset(labels, 0, sizeof(labels));
+    for (size_t i = 0; i < n; ++i) {
+        const echod_method_metrics_t *m = &echod_metrics.methods[i];
+        mbuf_label(&labels[i], 1, "grpc_type", grpc_type_names[m->type]);
+        mbuf_label(&labels[i], 0, "grpc_service", m->service);
+        mbuf_label(&labels[i], 0, "grpc_method", m->method);
+        if (labels[i].failed)
+            b->failed = 1;
+    }
+    if (b->failed)
+        goto Exit;
+
+    family(b, "grpc_server_started_total", "counter", "RPCs started, by method.");
+    for (size_t i = 0; i < n; ++i)
+        mbuf_printf(b, "grpc_server_started_total{%s} %" PRIu64 "\n", labels[i].base,
+                    load(&echod_metrics.methods[i].started));
+
+    family(b, "grpc_server_handled_total", "counter",
+           "RPCs finished, by method and status code (OK always; other codes once seen).");
+    for (size_t i = 0; i < n; ++i) {
+        for (int code = 0; code < ECHOD_GRPC_CODES; ++code) {
+            uint64_t v = load(&echod_metrics.methods[i].handled[code]);
+            /* OK always, so rate() has a series to start from; other codes once they occur. */
+            if (v == 0 && code != ECHOD_OK)
+                continue;
+            mbuf_printf(b, "grpc_server_handled_total{%s,grpc_code=\"%s\"} %" PRIu64 "\n", labels[i].base,
+                        echod_status_name(code), v);
+        }
+    }
+
+    family(b, "grpc_server_msg_received_total", "counter", "Request messages delivered to handlers, by method.");
+    for (size_t i = 0; i < n; ++i)
+        mbuf_printf(b, "grpc_server_msg_received_total{%s} %" PRIu64 "\n", labels[i].base,
+                    load(&echod_metrics.methods[i].msg_received));
+
+    family(b, "grpc_server_msg_sent_total", "counter", "Response messages sent, by method.");
+    for (size_t i = 0; i < n; ++i)
+        mbuf_printf(b, "grpc_server_msg_sent_total{%s} %" PRIu64 "\n", labels[i].base,
+                    load(&echod_metrics.methods[i].msg_sent));
+
+    family(b, "grpc_server_handling_seconds", "histogram",
+           "Seconds from the start of a call to its completion, by method.");
+    for (size_t i = 0; i < n; ++i)
+        histogram_series(b, "grpc_server_handling_seconds", labels[i].base, &echod_metrics.methods[i].handling);
+
+Exit:
+    for (size_t i = 0; i < n; ++i)
+        free(labels[i].base);
+}
+
+static void render_process(mbuf_t *b)
+{
+    char num[64], buf[4096];
+
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) {
+        double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+                     ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
+        format_double(num, sizeof(num), cpu);
+        family(b, "process_cpu_seconds_total", "counter", "CPU time used by the process (user + system), in seconds.");
+        mbuf_printf(b, "process_cpu_seconds_total %s\n", num);
+    }
+
+    unsigned long long vsz_pages, rss_pages;
+    if (read_proc("/proc/self/statm", buf, sizeof(buf)) > 0 && sscanf(buf, "%llu %llu", &vsz_pages, &rss_pages) == 2) {
+        unsigned long long page = (unsigned long long)sysconf(_SC_PAGESIZE);
+        family(b, "process_virtual_memory_bytes", "gauge", "Size of the address space, in bytes.");
+        mbuf_printf(b, "process_virtual_memory_bytes %llu\n", vsz_pages * page);
+        family(b, "process_resident_memory_bytes", "gauge", "Memory resident in RAM, in bytes.");
+        mbuf_printf(b, "process_resident_memory_bytes %llu\n", rss_pages * page);
+    }
+
+    DIR *dir = opendir("/proc/self/fd");
+    if (dir != NULL) {
+        unsigned long nfds = 0;
+        struct dirent *de;
+        /* readdir_r is deprecated; readdir on a DIR this thread alone owns is thread-safe in glibc. */
+        while ((de = readdir(dir)) != NULL) {
+            if (de->d_name[0] == '.')
+                continue;
+            /* The descriptor opendir itself holds is not one of the process's. */
+            if (atoi(de->d_name) == dirfd(dir))
+                continue;
+            ++nfds;
+        }
+        closedir(dir);
+        family(b, "process_open_fds", "gauge", "File descriptors the process has open.");
+        mbuf_printf(b, "process_open_fds %lu\n", nfds);
+    }
+
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        family(b, "process_max_fds", "gauge", "Soft limit on open file descriptors.");
+        if (rl.rlim_cur == RLIM_INFINITY)
+            mbuf_puts(b, "process_max_fds +Inf\n");
+        else
+            mbuf_printf(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+    }
+
+    if (process_start_time != 0) {
+        format_double(num, sizeof(num), process_start_time);
+        family(b, "process_start_time_seconds", "gauge", "When the process started, in seconds since the Unix epoch.");
+        mbuf_printf(b, "process_start_time_seconds %s\n", num);
+    }
+
+    if (read_proc("/proc/self/status", buf, sizeof(buf)) > 0) {
+        const char *t = strstr(buf, "\nThreads:");
+        if (t != NULL) {
+            family(b, "echod_threads", "gauge", "Threads in the process.");
+            mbuf_printf(b, "echod_threads %lu\n", strtoul(t + 9, NULL, 10));
+        }
+    }
+}
+
+static void render_build_info(mbuf_t *b)
+{
+    const echod_config_t *cfg = metrics_cfg;
+    family(b, "echod_build_info", "gauge", "Always 1; the labels name the build and the arm being measured.");
+    mbuf_puts(b, "echod_build_info{");
+    mbuf_label(b, 1, "version", metrics_version);
+    if (cfg != NULL) {
+        mbuf_label(b, 0, "arm", cfg->arm);
+        mbuf_label(b, 0, "executor", echod_exec_mode_name(cfg->executor.mode));
+        mbuf_label(b, 0, "serialize", echod_serialize_name(cfg->dispatch.serialize));
+        mbuf_label(b, 0, "merge_lookup_and_start", cfg->dispatch.merge_lookup_and_start ? "true" : "false");
+        mbuf_label(b, 0, "coalesce_end_stream", cfg->dispatch.coalesce_end_stream ? "true" : "false");
+        mbuf_label(b, 0, "flush", echod_flush_name(cfg->transport.flush));
+        mbuf_label(b, 0, "config_sha256", cfg->sha256);
+    }
+    mbuf_puts(b, "} 1\n");
+}
+
+char *echod_metrics_render(size_t *len)
+{
+    mbuf_t b = {NULL, 0, 0, 0};
+
+    render_build_info(&b);
+    render_dispatch(&b);
+    render_executors(&b);
+    render_calls(&b);
+    render_grpc(&b);
+    render_process(&b);
+
+    if (b.failed) {
+        free(b.base);
+        *len = 0;
+        return NULL;
+    }
+    *len = b.len;
+    return b.base;
+}
