@@ -1,0 +1,406 @@
+#include <stdlib.h>
+#include <string.h>
+#include "dispatch/call.h"
+#include "dispatch/dispatcher.h"
+#include "transport/conn.h"
+#include "transport/loop.h"
+#include "transport/server.h"
+#include "util/clock.h"
+
+/* --- lifetime --- */
+
+static void serializer_retain(echod_serializer_t *s)
+{
+    echod_call_retain((echod_call_t *)((char *)s - offsetof(echod_call_t, serializer)));
+}
+
+static void serializer_release(echod_serializer_t *s)
+{
+    echod_call_release((echod_call_t *)((char *)s - offsetof(echod_call_t, serializer)));
+}
+
+echod_call_t *echod_call_new(echod_server_t *server, echod_loop_t *loop, echod_conn_t *conn, int32_t stream_id)
+{
+    echod_call_t *call = calloc(1, sizeof(*call));
+    if (call == NULL)
+        return NULL;
+    atomic_init(&call->refs, 1);
+    atomic_init(&call->cancelled, 0);
+    atomic_init(&call->out_bytes, 0);
+    call->server = server;
+    call->loop = loop;
+    call->conn = conn;
+    call->started_ns = echod_now_ns();
+    const echod_dispatcher_t *d = &server->dispatcher;
+    echod_serializer_init(&call->serializer, d->exec, d->exec_metrics, d->mode);
+    call->serializer.owner_retain = serializer_retain;
+    call->serializer.owner_release = serializer_release;
+    call->io.stream_id = stream_id;
+    echod_deframer_init(&call->io.deframer, server->cfg->transport.max_receive_message_bytes);
+    atomic_fetch_add_explicit(&loop->live_calls, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&echod_metrics.calls_in_flight, 1, memory_order_relaxed);
+    return call;
+}
+
+void echod_call_retain(echod_call_t *call)
+{
+    atomic_fetch_add_explicit(&call->refs, 1, memory_order_relaxed);
+}
+
+/* The last reference may go on a worker: nothing here touches loop-owned state but atomics. */
+void echod_call_release(echod_call_t *call)
+{
+    if (atomic_fetch_sub_explicit(&call->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    echod_deframer_dispose(&call->io.deframer);
+    for (echod_msg_t *m = call->io.out_head, *next; m != NULL; m = next) {
+        next = m->next;
+        echod_msg_free(m);
+    }
+    free(call->io.path);
+    free(call->io.status_message);
+    echod_loop_t *loop = call->loop;
+    echod_conn_release(call->conn);
+    atomic_fetch_sub_explicit(&echod_metrics.calls_in_flight, 1, memory_order_relaxed);
+    free(call);
+    atomic_fetch_sub_explicit(&loop->live_calls, 1, memory_order_release);
+}
+
+int echod_call_is_cancelled(echod_call_t *call)
+{
+    return atomic_load_explicit(&call->cancelled, memory_order_acquire);
+}
+
+int echod_call_is_ready(echod_call_t *call)
+{
+    return atomic_load_explicit(&call->out_bytes, memory_order_acquire) <
+           call->server->cfg->transport.max_send_buffer_bytes;
+}
+
+/* --- steps --- */
+
+static void do_lookup(echod_call_t *call)
+{
+    const echod_registry_t *reg = &call->server->registry;
+    call->method = echod_registry_find(reg, call->io.path, call->io.path_len);
+    if (call->method == NULL) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "Method not found: %.*s", (int)(call->io.path_len > 120 ? 120 : call->io.path_len),
+                 call->io.path);
+        echod_call_close(call, ECHOD_UNIMPLEMENTED, msg);
+        return;
+    }
+    const echod_method_exec_t *me = echod_dispatcher_find(&call->server->dispatcher, call->method);
+    if (me != NULL)
+        echod_serializer_switch(&call->serializer, me->exec, me->metrics);
+}
+
+static void do_start(echod_call_t *call)
+{
+    if (call->method == NULL || echod_call_is_cancelled(call))
+        return;
+    ECHOD_COUNT(echod_metrics.methods[call->method->metrics_index].started);
+    call->method->on_start(call);
+}
+
+/* Handlers are not called once the call is closed or cancelled: grpc-java drops them too. */
+static int handler_live(echod_call_t *call)
+{
+    return call->method != NULL && !call->h.closed && !echod_call_is_cancelled(call);
+}
+
+static void do_message(echod_call_t *call, echod_msg_t *msg)
+{
+    if (!handler_live(call)) {
+        echod_msg_free(msg);
+        return;
+    }
+    ECHOD_COUNT(echod_metrics.methods[call->method->metrics_index].msg_received);
+    call->method->on_message(call, msg);
+}
+
+static void do_half_close(echod_call_t *call)
+{
+    if (handler_live(call))
+        call->method->on_half_close(call);
+}
+
+static void do_closed(echod_call_t *call)
+{
+    if (call->method != NULL) {
+        echod_method_metrics_t *mm = &echod_metrics.methods[call->method->metrics_index];
+        ECHOD_COUNT(mm->handled[call->final_code]);
+        echod_histogram_observe(&mm->handling, (echod_now_ns() - call->started_ns) / 1000);
+        if (call->method->on_complete != NULL)
+            call->method->on_complete(call);
+    }
+}
+
+static void step_run(echod_step_t *step)
+{
+    echod_call_step_t *cs = (echod_call_step_t *)step;
+    echod_call_t *call = cs->call;
+    echod_step_kind_t kind = cs->kind;
+    echod_msg_t *msg = cs->msg;
+    free(cs);
+
+    switch (kind) {
+    case ECHOD_STEP_METHOD_LOOKUP:
+        do_lookup(call);
+        break;
+    case ECHOD_STEP_START_CALL:
+        do_start(call);
+        break;
+    case ECHOD_STEP_LOOKUP_AND_START:
+        do_lookup(call);
+        do_start(call);
+        break;
+    case ECHOD_STEP_ON_READY:
+        if (handler_live(call) && call->method->on_ready != NULL)
+            call->method->on_ready(call);
+        break;
+    case ECHOD_STEP_MESSAGES_AVAILABLE:
+        do_message(call, msg);
+        break;
+    case ECHOD_STEP_HALF_CLOSED:
+        do_half_close(call);
+        break;
+    case ECHOD_STEP_MESSAGES_AND_HALF_CLOSE:
+        do_message(call, msg);
+        do_half_close(call);
+        break;
+    case ECHOD_STEP_CLOSED:
+        do_closed(call);
+        break;
+    case ECHOD_STEP__COUNT:
+        break;
+    }
+}
+
+void echod_call_submit(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *msg)
+{
+    echod_call_step_t *cs = malloc(sizeof(*cs));
+    if (cs == NULL)
+        abort();
+    cs->super.run = step_run;
+    cs->call = call;
+    cs->kind = kind;
+    cs->msg = msg;
+    ECHOD_COUNT(echod_metrics.steps[kind]);
+    echod_serializer_submit(&call->serializer, &cs->super);
+}
+
+/* --- the transport side: which steps are due (loop thread) --- */
+
+static void deliver_messages(echod_call_t *call)
+{
+    const echod_config_t *cfg = call->server->cfg;
+    while (call->io.requested > 0 && !call->io.half_close_submitted) {
+        echod_msg_t *msg = echod_deframer_pop(&call->io.deframer);
+        if (msg == NULL)
+            break;
+        call->io.requested--;
+        if (call->io.deframer.count == 0 && call->io.held_bytes != 0) {
+            echod_conn_consume(call, call->io.held_bytes);
+            call->io.held_bytes = 0;
+        }
+        int last = call->io.end_stream && call->io.deframer.count == 0 && !echod_deframer_partial(&call->io.deframer);
+        if (last && cfg->dispatch.coalesce_end_stream) {
+            call->io.half_close_submitted = 1;
+            echod_call_submit(call, ECHOD_STEP_MESSAGES_AND_HALF_CLOSE, msg);
+        } else {
+            echod_call_submit(call, ECHOD_STEP_MESSAGES_AVAILABLE, msg);
+        }
+    }
+}
+
+/* Like grpc-java's deframeFailed: the transport ends the call with a status and cancels it. */
+static void report_deframe_error(echod_call_t *call)
+{
+    const echod_deframer_t *d = &call->io.deframer;
+    char msg[128];
+    int code = ECHOD_INTERNAL;
+    switch (d->error) {
+    case ECHOD_DEFRAME_TOO_LARGE:
+        code = ECHOD_RESOURCE_EXHAUSTED;
+        snprintf(msg, sizeof(msg), "Received message larger than max (%u vs. %u)", d->error_len, d->max_message);
+        break;
+    case ECHOD_DEFRAME_COMPRESSED:
+        snprintf(msg, sizeof(msg), "Compressed message received but no grpc-encoding was negotiated");
+        break;
+    default:
+        snprintf(msg, sizeof(msg), "Invalid gRPC message flags");
+        break;
+    }
+    atomic_store_explicit(&call->cancelled, 1, memory_order_release);
+    echod_conn_close_call(call, code, msg);
+}
+
+static void pump_once(echod_call_t *call)
+{
+    if (call->io.rejected) {
+        if (call->io.closed)
+            call->io.close_submitted = 1;
+        return;
+    }
+    if (!call->io.started) {
+        call->io.started = 1;
+        if (call->server->cfg->dispatch.merge_lookup_and_start) {
+            echod_call_submit(call, ECHOD_STEP_LOOKUP_AND_START, NULL);
+        } else {
+            echod_call_submit(call, ECHOD_STEP_METHOD_LOOKUP, NULL);
+            echod_call_submit(call, ECHOD_STEP_START_CALL, NULL);
+        }
+        echod_call_submit(call, ECHOD_STEP_ON_READY, NULL);
+    }
+    if (call->io.closed) {
+        if (!call->io.close_submitted) {
+            call->io.close_submitted = 1;
+            /* decided here, on the loop, so the closed step reads one plain field */
+            call->final_code = call->io.trailers_sent ? call->io.status_code : ECHOD_CANCELLED;
+            echod_call_submit(call, ECHOD_STEP_CLOSED, NULL);
+        }
+        return;
+    }
+    if (call->io.rejected)
+        return;
+    if (call->io.deframe_failed) {
+        if (!call->io.deframe_reported) {
+            call->io.deframe_reported = 1;
+            report_deframe_error(call);
+        }
+        return;
+    }
+    deliver_messages(call);
+    if (call->io.end_stream && !call->io.half_close_submitted && call->io.deframer.count == 0) {
+        call->io.half_close_submitted = 1;
+        if (echod_deframer_partial(&call->io.deframer))
+            echod_conn_close_call(call, ECHOD_INTERNAL, "Incomplete message: END_STREAM in the middle of a message");
+        else
+            echod_call_submit(call, ECHOD_STEP_HALF_CLOSED, NULL);
+    }
+    if (call->io.ready_due) {
+        call->io.ready_due = 0;
+        echod_call_submit(call, ECHOD_STEP_ON_READY, NULL);
+    }
+}
+
+void echod_call_pump(echod_call_t *call)
+{
+    /* An inline step may request messages and so re-enter: the outer pump goes round again,
+     * which keeps steps in transport order (start, on_ready, then messages). */
+    if (call->io.pumping) {
+        call->io.repump = 1;
+        return;
+    }
+    call->io.pumping = 1;
+    echod_call_retain(call);
+    do {
+        call->io.repump = 0;
+        pump_once(call);
+    } while (call->io.repump);
+    call->io.pumping = 0;
+    echod_call_release(call);
+}
+
+/* --- handler-facing operations: act now on the loop, else post a counted loop task --- */
+
+typedef struct {
+    echod_loop_msg_t super;
+    echod_loop_task_kind_t kind;
+    echod_call_t *call;
+    uint32_t n;
+    echod_msg_t *msg;
+    int code;
+    char *message;
+} call_task_t;
+
+static void apply_request(echod_call_t *call, uint32_t n)
+{
+    if (call->io.closed)
+        return;
+    call->io.requested += n;
+    echod_call_pump(call);
+}
+
+static void call_task_run(echod_loop_msg_t *m)
+{
+    call_task_t *t = (call_task_t *)m;
+    switch (t->kind) {
+    case ECHOD_LOOP_TASK_REQUEST:
+        apply_request(t->call, t->n);
+        break;
+    case ECHOD_LOOP_TASK_WRITE:
+        echod_conn_send_message(t->call, t->msg);
+        break;
+    case ECHOD_LOOP_TASK_CLOSE:
+        echod_conn_close_call(t->call, t->code, t->message);
+        free(t->message);
+        break;
+    case ECHOD_LOOP_TASK__COUNT:
+        break;
+    }
+    echod_call_release(t->call);
+    free(t);
+}
+
+static call_task_t *post_task(echod_call_t *call, echod_loop_task_kind_t kind)
+{
+    call_task_t *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        abort();
+    t->super.run = call_task_run;
+    t->kind = kind;
+    t->call = call;
+    echod_call_retain(call);
+    ECHOD_COUNT(echod_metrics.loop_tasks[kind]);
+    return t;
+}
+
+static int on_own_loop(echod_call_t *call)
+{
+    return echod_loop_current() == call->loop;
+}
+
+void echod_call_request(echod_call_t *call, uint32_t n)
+{
+    if (on_own_loop(call)) {
+        apply_request(call, n);
+        return;
+    }
+    call_task_t *t = post_task(call, ECHOD_LOOP_TASK_REQUEST);
+    t->n = n;
+    echod_loop_post(call->loop, &t->super);
+}
+
+void echod_call_send(echod_call_t *call, echod_msg_t *msg)
+{
+    if (call->h.closed) {
+        echod_msg_free(msg);
+        return;
+    }
+    ECHOD_COUNT(echod_metrics.methods[call->method->metrics_index].msg_sent);
+    atomic_fetch_add_explicit(&call->out_bytes, echod_msg_frame_len(msg), memory_order_acq_rel);
+    if (on_own_loop(call)) {
+        echod_conn_send_message(call, msg);
+        return;
+    }
+    call_task_t *t = post_task(call, ECHOD_LOOP_TASK_WRITE);
+    t->msg = msg;
+    echod_loop_post(call->loop, &t->super);
+}
+
+void echod_call_close(echod_call_t *call, int code, const char *message)
+{
+    if (call->h.closed)
+        return;
+    call->h.closed = 1;
+    if (on_own_loop(call)) {
+        echod_conn_close_call(call, code, message);
+        return;
+    }
+    call_task_t *t = post_task(call, ECHOD_LOOP_TASK_CLOSE);
+    t->code = code;
+    t->message = message != NULL ? strdup(message) : NULL;
+    echod_loop_post(call->loop, &t->super);
+}

@@ -1,0 +1,111 @@
+/*
+ * A call: one gRPC stream from HEADERS to close, and the six steps of DESIGN.md section 2.
+ *
+ * Two sides share this struct, and each field says which one owns it:
+ *  - `io`: the transport, on the owning loop thread only (stream state, deframer, write queue).
+ *  - `h`: the handler, inside steps only (steps of one call never run concurrently).
+ * A few atomics are shared (refcount, cancelled, out_bytes).
+ *
+ * Handlers use only the echod_call_* functions below: on the loop thread they act at once,
+ * elsewhere they post a counted loop task to the owning loop (the request(n) and write hops).
+ */
+#ifndef ECHOD_CALL_H
+#define ECHOD_CALL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <h2o/timeout.h>
+#include "dispatch/serializer.h"
+#include "dispatch/step.h"
+#include "grpc/deframe.h"
+#include "grpc/status.h"
+#include "services/registry.h"
+
+struct echod_conn;
+struct echod_loop;
+struct echod_server;
+
+typedef struct echod_call echod_call_t;
+
+/* One submission to the serializer: a step and, for messages_available, its message. */
+typedef struct {
+    echod_step_t super;
+    echod_call_t *call;
+    echod_step_kind_t kind;
+    echod_msg_t *msg;
+} echod_call_step_t;
+
+struct echod_call {
+    atomic_int refs;
+    atomic_int cancelled;    /* set by the loop when the stream is reset, times out or dies */
+    atomic_size_t out_bytes; /* handler-queued response bytes not yet handed to the socket */
+    struct echod_server *server;
+    struct echod_loop *loop;
+    struct echod_conn *conn;
+    const echod_method_t *method; /* set by method_lookup (NULL while unknown) */
+    uint64_t started_ns;
+    int final_code; /* the status the call ended with: written by the loop before `closed` */
+    echod_serializer_t serializer;
+
+    struct {
+        void *state;       /* the method's own */
+        int wants_ready;   /* the handler is waiting for on_ready */
+        int closed;        /* echod_call_close was called */
+    } h;
+
+    struct {
+        int32_t stream_id;
+        char *path; /* :path as received, for method_lookup */
+        size_t path_len;
+        struct {
+            unsigned method_seen : 1, is_post : 1, ct_seen : 1, ct_ok : 1, enc_unsupported : 1, timeout_bad : 1;
+            uint64_t timeout_ns; /* 0 = no grpc-timeout */
+        } hdr; /* request headers, checked once HEADERS is complete */
+        echod_deframer_t deframer;
+        uint32_t requested;   /* messages the handler asked for and has not been given */
+        size_t held_bytes;    /* received but not yet returned to the flow-control window */
+        uint64_t deadline_ms; /* 0 = none; in h2o_now() time */
+        unsigned started : 1, end_stream : 1, half_close_submitted : 1, ready_due : 1, closed : 1,
+            close_submitted : 1, headers_sent : 1, trailers_queued : 1, trailers_sent : 1, touched : 1,
+            deframe_failed : 1, deframe_reported : 1, data_deferred : 1, expired : 1, pumping : 1, repump : 1,
+            rejected : 1, in_conn : 1;
+        uint32_t rst_after_trailers; /* RST_STREAM code to send once the trailers left, 0 = none */
+        size_t out_queued;           /* bytes in out_head..out_tail not yet sent */
+        int status_code;     /* trailers to send once the write queue is empty */
+        char *status_message;
+        echod_msg_t *out_head, *out_tail; /* messages waiting for nghttp2 */
+        size_t out_offset;                /* bytes of out_head already sent */
+        echod_call_t *next_touched;
+        echod_call_t *prev_in_conn, *next_in_conn;
+        h2o_timeout_entry_t deadline; /* linked while a grpc-timeout runs */
+    } io;
+};
+
+/* Loop thread. The call starts with one reference, the transport's. */
+echod_call_t *echod_call_new(struct echod_server *server, struct echod_loop *loop, struct echod_conn *conn,
+                             int32_t stream_id);
+void echod_call_retain(echod_call_t *call);
+void echod_call_release(echod_call_t *call);
+
+/* The one submit function: counts the step in echod_call_steps_total, then serializes it. */
+void echod_call_submit(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *msg);
+
+/*
+ * Loop thread: submits whatever steps the transport state now makes due (start, on_ready,
+ * messages while requested, half_close, closed). Never called from inside nghttp2 callbacks.
+ */
+void echod_call_pump(echod_call_t *call);
+
+/* --- for handlers (inside steps, any thread) --- */
+
+/* Asks for n more messages (flow control: bytes return to the window as they are delivered). */
+void echod_call_request(echod_call_t *call, uint32_t n);
+/* Sends one response message (ownership passes); headers go out with the first one. */
+void echod_call_send(echod_call_t *call, echod_msg_t *msg);
+/* Ends the call with a status (message may be NULL). Further sends are dropped. */
+void echod_call_close(echod_call_t *call, int code, const char *message);
+/* True while the handler's queued bytes are below transport.max_send_buffer_bytes. */
+int echod_call_is_ready(echod_call_t *call);
+int echod_call_is_cancelled(echod_call_t *call);
+
+#endif

@@ -1,0 +1,70 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "dispatch/dispatcher.h"
+
+/* grpc-java wraps only what needs wrapping: direct gets the reentrancy-safe inline runner when no
+ * executor supplier is set; the proposal adds single-thread FIFOs, which serialize by themselves. */
+static echod_ser_mode_t pick_mode(const echod_config_t *cfg)
+{
+    if (cfg->dispatch.serialize == ECHOD_SERIALIZE_ALWAYS || cfg->dispatch.per_method_count != 0)
+        return ECHOD_SER_SERIALIZING;
+    if (cfg->executor.mode == ECHOD_EXEC_DIRECT)
+        return ECHOD_SER_INLINE;
+    if (cfg->executor.mode == ECHOD_EXEC_FIXED && cfg->executor.threads == 1)
+        return ECHOD_SER_PASSTHROUGH;
+    return ECHOD_SER_SERIALIZING;
+}
+
+int echod_dispatcher_init(echod_dispatcher_t *d, const echod_config_t *cfg, const echod_registry_t *reg, char *err,
+                          size_t errlen)
+{
+    memset(d, 0, sizeof(*d));
+    d->cfg = cfg;
+    d->mode = pick_mode(cfg);
+
+    char name[16];
+    snprintf(name, sizeof(name), "echod-%s", echod_exec_mode_name(cfg->executor.mode));
+    if ((d->exec = echod_exec_create(&cfg->executor, name, err, errlen)) == NULL)
+        return -1;
+    d->exec_metrics = echod_metrics_add_exec("default", d->exec);
+    echod_exec_set_observer(d->exec, echod_metrics_observe_queue_wait, d->exec_metrics);
+
+    if (cfg->dispatch.per_method_count != 0)
+        d->per_method = calloc(cfg->dispatch.per_method_count, sizeof(*d->per_method));
+    for (size_t i = 0; i != cfg->dispatch.per_method_count; i++) {
+        const echod_per_method_t *pm = &cfg->dispatch.per_method[i];
+        const echod_method_t *m = echod_registry_find(reg, pm->method, strlen(pm->method));
+        if (m == NULL) {
+            snprintf(err, errlen, "%s: dispatch.per_method: no such method \"%s\"", cfg->source, pm->method);
+            return -1;
+        }
+        snprintf(name, sizeof(name), "echod-pm%zu", i);
+        echod_method_exec_t *me = &d->per_method[d->per_method_count];
+        if ((me->exec = echod_exec_create(&pm->exec, name, err, errlen)) == NULL)
+            return -1;
+        me->method = m;
+        me->metrics = echod_metrics_add_exec(m->name, me->exec);
+        echod_exec_set_observer(me->exec, echod_metrics_observe_queue_wait, me->metrics);
+        d->per_method_count++;
+    }
+    return 0;
+}
+
+const echod_method_exec_t *echod_dispatcher_find(const echod_dispatcher_t *d, const echod_method_t *method)
+{
+    for (size_t i = 0; i != d->per_method_count; i++)
+        if (d->per_method[i].method == method)
+            return &d->per_method[i];
+    return NULL;
+}
+
+void echod_dispatcher_dispose(echod_dispatcher_t *d)
+{
+    for (size_t i = 0; i != d->per_method_count; i++)
+        echod_exec_destroy(d->per_method[i].exec);
+    free(d->per_method);
+    if (d->exec != NULL)
+        echod_exec_destroy(d->exec);
+    memset(d, 0, sizeof(*d));
+}

@@ -1,0 +1,70 @@
+/*
+ * The per-call serializer (DESIGN.md section 3): steps of one call never run concurrently and
+ * run in submission order. Two wrappers, chosen per call at init:
+ *
+ *  - serializing executor (grpc-java SerializingExecutor): an MPSC queue and a state word.
+ *    submit appends, then tries STOPPED->RUNNING with a CAS; only the winner hands a drain to
+ *    the executor (one dispatch). A submit that finds it RUNNING only appends (coalescing).
+ *    A drain that ends while work arrived re-dispatches (fresh CAS, fresh dispatch).
+ *  - inline runner (SerializeReentrantCallsDirectExecutor): runs a step at once on the calling
+ *    thread; a step submitted while one runs is queued and runs right after. No dispatch, no
+ *    atomics: only legal when every submit comes from one thread (the loop).
+ *  - pass-through (the "don't wrap sequential executors" proposal): each step is handed to an
+ *    executor that already runs tasks one at a time in FIFO order (fixed, 1 thread), one
+ *    dispatch per step and no serializer state at all.
+ *
+ * Lifetime: the serializer lives inside its owner (the call). It calls owner_retain when it
+ * starts running steps and owner_release when it has stopped touching itself, so the owner
+ * can be freed by the last step it runs.
+ */
+#ifndef ECHOD_SERIALIZER_H
+#define ECHOD_SERIALIZER_H
+
+#include <stdatomic.h>
+#include "dispatch/exec.h"
+#include "metrics/metrics.h"
+
+typedef enum { ECHOD_SER_SERIALIZING = 0, ECHOD_SER_INLINE, ECHOD_SER_PASSTHROUGH } echod_ser_mode_t;
+
+typedef struct echod_step echod_step_t;
+struct echod_step {
+    echod_task_t task; /* pass-through mode hands the step itself to the executor */
+    _Atomic(echod_step_t *) next;
+    void (*run)(echod_step_t *step); /* may free the step */
+    struct echod_serializer *owner;  /* set by submit */
+};
+
+typedef struct echod_serializer echod_serializer_t;
+struct echod_serializer {
+    void (*owner_retain)(echod_serializer_t *s);
+    void (*owner_release)(echod_serializer_t *s);
+    /* Where the next drain goes; changed only by a step running on this serializer. */
+    echod_exec_t *exec;
+    echod_exec_metrics_t *exec_metrics;
+    echod_ser_mode_t mode;
+    /* serializing executor */
+    _Atomic int running;
+    _Atomic(echod_step_t *) head; /* producers exchange this */
+    echod_step_t *tail;           /* the drain pops from here */
+    echod_step_t stub;
+    echod_task_t drain;
+    /* inline runner: loop thread only */
+    int inline_busy;
+    echod_step_t *iq_head, *iq_tail;
+};
+
+/* Any thread, before the first submit. */
+void echod_serializer_init(echod_serializer_t *s, echod_exec_t *exec, echod_exec_metrics_t *exec_metrics,
+                           echod_ser_mode_t mode);
+
+/* Runs step->run(step) after every step submitted before it. Any thread (inline: loop only). */
+void echod_serializer_submit(echod_serializer_t *s, echod_step_t *step);
+
+/*
+ * Moves later steps to another executor (method_lookup's per-method switch). Only legal from a
+ * step running on this serializer, and only for the serializing executor: the drain stops
+ * after the current step and the rest of the queue is dispatched to the new executor.
+ */
+void echod_serializer_switch(echod_serializer_t *s, echod_exec_t *exec, echod_exec_metrics_t *exec_metrics);
+
+#endif

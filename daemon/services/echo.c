@@ -1,0 +1,286 @@
+#include <stdlib.h>
+#include <string.h>
+#include "dispatch/call.h"
+#include "echo.pb-c.h"
+#include "services/echo.h"
+#include "transport/server.h"
+
+/* --- validation --- */
+
+static int utf8_valid(const uint8_t *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        uint8_t c = s[i];
+        size_t n;
+        uint32_t cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            n = 1;
+            cp = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            n = 2;
+            cp = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            n = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (i + n >= len)
+            return 0;
+        for (size_t k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        /* overlong forms, surrogates and values past U+10FFFF are not UTF-8 */
+        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += n + 1;
+    }
+    return 1;
+}
+
+static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t r = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (*p == end)
+            return -1;
+        uint8_t b = *(*p)++;
+        r |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *v = r;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int echod_echo_validate(const uint8_t *p, size_t len)
+{
+    const uint8_t *end = p + len;
+    while (p != end) {
+        uint64_t key, v;
+        if (read_varint(&p, end, &key) != 0 || (key >> 3) == 0)
+            return 0;
+        switch (key & 7) {
+        case 0:
+            if (read_varint(&p, end, &v) != 0)
+                return 0;
+            break;
+        case 1:
+            if (end - p < 8)
+                return 0;
+            p += 8;
+            break;
+        case 2:
+            if (read_varint(&p, end, &v) != 0 || v > (uint64_t)(end - p))
+                return 0;
+            if ((key >> 3) == 1 && !utf8_valid(p, (size_t)v))
+                return 0;
+            p += v;
+            break;
+        case 5:
+            if (end - p < 4)
+                return 0;
+            p += 4;
+            break;
+        default:
+            return 0; /* groups (3, 4) and reserved types have no place in proto3 */
+        }
+    }
+    return 1;
+}
+
+static int accept_request(echod_call_t *call, echod_msg_t *msg)
+{
+    if (echod_echo_validate(echod_msg_payload(msg), msg->len))
+        return 1;
+    echod_msg_free(msg);
+    echod_call_close(call, ECHOD_INTERNAL, "Invalid protobuf byte sequence");
+    return 0;
+}
+
+/* --- UnaryEcho and ServerStreamingEcho: one request (grpc-java's UnaryServerCallHandler rules) --- */
+
+static void single_start(echod_call_t *call)
+{
+    /* two, so that a second message is seen and rejected rather than left unread */
+    echod_call_request(call, 2);
+}
+
+static void single_message(echod_call_t *call, echod_msg_t *msg)
+{
+    if (call->h.state != NULL) {
+        echod_msg_free(msg);
+        echod_call_close(call, ECHOD_INTERNAL, "Too many requests");
+        return;
+    }
+    if (accept_request(call, msg))
+        call->h.state = msg;
+}
+
+static echod_msg_t *take_request(echod_call_t *call)
+{
+    echod_msg_t *req = call->h.state;
+    call->h.state = NULL;
+    if (req == NULL)
+        echod_call_close(call, ECHOD_INTERNAL, "Half-closed without a request");
+    return req;
+}
+
+static void unary_half_close(echod_call_t *call)
+{
+    echod_msg_t *req = take_request(call);
+    if (req == NULL)
+        return;
+    echod_call_send(call, req); /* the request's frame is the response's frame */
+    echod_call_close(call, ECHOD_OK, NULL);
+}
+
+static void server_streaming_half_close(echod_call_t *call)
+{
+    echod_msg_t *req = take_request(call);
+    if (req == NULL)
+        return;
+    unsigned count = call->server->cfg->echo.server_streaming_count;
+    for (unsigned i = 1; i < count; i++)
+        echod_call_send(call, echod_msg_from(echod_msg_payload(req), req->len));
+    echod_call_send(call, req);
+    echod_call_close(call, ECHOD_OK, NULL);
+}
+
+static void free_state_msg(echod_call_t *call)
+{
+    echod_msg_free(call->h.state);
+    call->h.state = NULL;
+}
+
+/* --- ClientStreamingEcho: the concatenation of every request's message --- */
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} concat_t;
+
+static void client_streaming_start(echod_call_t *call)
+{
+    call->h.state = calloc(1, sizeof(concat_t));
+    echod_call_request(call, 1);
+}
+
+static void client_streaming_message(echod_call_t *call, echod_msg_t *msg)
+{
+    concat_t *c = call->h.state;
+    Grpc__Examples__Echo__EchoRequest *req =
+        echod_echo_validate(echod_msg_payload(msg), msg->len)
+            ? grpc__examples__echo__echo_request__unpack(NULL, msg->len, echod_msg_payload(msg))
+            : NULL;
+    echod_msg_free(msg);
+    if (req == NULL) {
+        echod_call_close(call, ECHOD_INTERNAL, "Invalid protobuf byte sequence");
+        return;
+    }
+    size_t n = strlen(req->message);
+    if (c->len + n > c->cap) {
+        size_t cap = c->cap == 0 ? 256 : c->cap;
+        while (cap < c->len + n)
+            cap *= 2;
+        c->data = realloc(c->data, cap);
+        c->cap = cap;
+    }
+    memcpy(c->data + c->len, req->message, n);
+    c->len += n;
+    grpc__examples__echo__echo_request__free_unpacked(req, NULL);
+    echod_call_request(call, 1);
+}
+
+static void client_streaming_half_close(echod_call_t *call)
+{
+    concat_t *c = call->h.state;
+    Grpc__Examples__Echo__EchoResponse resp = GRPC__EXAMPLES__ECHO__ECHO_RESPONSE__INIT;
+    char *text = malloc(c->len + 1);
+    memcpy(text, c->data != NULL ? c->data : "", c->len);
+    text[c->len] = '\0';
+    resp.message = text;
+    size_t size = grpc__examples__echo__echo_response__get_packed_size(&resp);
+    echod_msg_t *out = echod_msg_new((uint32_t)size);
+    grpc__examples__echo__echo_response__pack(&resp, echod_msg_payload(out));
+    free(text);
+    echod_call_send(call, out);
+    echod_call_close(call, ECHOD_OK, NULL);
+}
+
+static void client_streaming_complete(echod_call_t *call)
+{
+    concat_t *c = call->h.state;
+    if (c != NULL)
+        free(c->data);
+    free(c);
+    call->h.state = NULL;
+}
+
+/* --- BidirectionalStreamingEcho: echo each message; on_ready gates the next request --- */
+
+static void bidi_start(echod_call_t *call)
+{
+    echod_call_request(call, 1);
+}
+
+static void bidi_message(echod_call_t *call, echod_msg_t *msg)
+{
+    if (!accept_request(call, msg))
+        return;
+    if (echod_call_is_ready(call)) {
+        echod_call_send(call, msg);
+        echod_call_request(call, 1);
+    } else {
+        /* the client is not reading: hold this one and stop asking until on_ready */
+        call->h.state = msg;
+    }
+}
+
+static void bidi_ready(echod_call_t *call)
+{
+    echod_msg_t *held = call->h.state;
+    if (held == NULL || !echod_call_is_ready(call))
+        return;
+    call->h.state = NULL;
+    echod_call_send(call, held);
+    echod_call_request(call, 1);
+}
+
+static void bidi_half_close(echod_call_t *call)
+{
+    echod_msg_t *held = call->h.state;
+    call->h.state = NULL;
+    if (held != NULL)
+        echod_call_send(call, held);
+    echod_call_close(call, ECHOD_OK, NULL);
+}
+
+#define SERVICE "grpc.examples.echo.Echo"
+
+static const echod_method_t unary = {
+    .path = "/" SERVICE "/UnaryEcho", .service = SERVICE, .name = "UnaryEcho", .type = ECHOD_GRPC_UNARY,
+    .on_start = single_start, .on_message = single_message, .on_half_close = unary_half_close,
+    .on_complete = free_state_msg};
+static const echod_method_t server_streaming = {
+    .path = "/" SERVICE "/ServerStreamingEcho", .service = SERVICE, .name = "ServerStreamingEcho",
+    .type = ECHOD_GRPC_SERVER_STREAM, .on_start = single_start, .on_message = single_message,
+    .on_half_close = server_streaming_half_close, .on_complete = free_state_msg};
+static const echod_method_t client_streaming = {
+    .path = "/" SERVICE "/ClientStreamingEcho", .service = SERVICE, .name = "ClientStreamingEcho",
+    .type = ECHOD_GRPC_CLIENT_STREAM, .on_start = client_streaming_start, .on_message = client_streaming_message,
+    .on_half_close = client_streaming_half_close, .on_complete = client_streaming_complete};
+static const echod_method_t bidi = {
+    .path = "/" SERVICE "/BidirectionalStreamingEcho", .service = SERVICE, .name = "BidirectionalStreamingEcho",
+    .type = ECHOD_GRPC_BIDI_STREAM, .on_start = bidi_start, .on_message = bidi_message,
+    .on_half_close = bidi_half_close, .on_ready = bidi_ready, .on_complete = free_state_msg};
+
+const echod_method_t *const echod_echo_methods[] = {&unary, &server_streaming, &client_streaming, &bidi, NULL};

@@ -1,0 +1,781 @@
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <nghttp2/nghttp2.h>
+#include "grpc/status.h"
+#include "grpc/timeout.h"
+#include "transport/conn.h"
+#include "util/log.h"
+
+/* Above this many unsent bytes, stop asking nghttp2 for more until the socket drains. */
+#define OUT_HIGH_WATER (256 * 1024)
+
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+} bytes_t;
+
+struct echod_conn {
+    echod_loop_t *loop;
+    h2o_socket_t *sock;
+    nghttp2_session *ngh;
+    atomic_int refs; /* one for the open socket, one per call, one while batch-dirty */
+    h2o_linklist_t link;
+    echod_call_t *calls; /* open streams */
+    echod_call_t *touched_head, *touched_tail;
+    bytes_t out;     /* frames nghttp2 produced, not yet handed to the socket */
+    bytes_t writing; /* the bytes of the one outstanding h2o_socket_write */
+    h2o_timeout_entry_t tail_entry;
+    echod_conn_t *next_batch_dirty;
+    size_t frames; /* sent since the last counted flush */
+    unsigned in_recv : 1, processing : 1, closed : 1, goaway_sent : 1, immediate_due : 1, batch_dirty : 1;
+};
+
+static void conn_close(echod_conn_t *conn);
+static void conn_process(echod_conn_t *conn);
+
+echod_conn_t *echod_conn_from_link(h2o_linklist_t *link)
+{
+    return H2O_STRUCT_FROM_MEMBER(echod_conn_t, link, link);
+}
+
+void echod_conn_release(echod_conn_t *conn)
+{
+    if (atomic_fetch_sub_explicit(&conn->refs, 1, memory_order_acq_rel) == 1) {
+        free(conn->out.data);
+        free(conn->writing.data);
+        free(conn);
+    }
+}
+
+static int bytes_append(bytes_t *b, const void *p, size_t n)
+{
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap < 16384 ? 16384 : b->cap;
+        while (cap < b->len + n)
+            cap *= 2;
+        uint8_t *d = realloc(b->data, cap);
+        if (d == NULL)
+            return -1;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+/* --- flushing (DESIGN.md section 6) --- */
+
+static void on_write_complete(h2o_socket_t *sock, const char *err);
+
+static void start_write(echod_conn_t *conn)
+{
+    if (conn->closed || h2o_socket_is_writing(conn->sock) || conn->out.len == 0)
+        return;
+    bytes_t tmp = conn->writing;
+    conn->writing = conn->out;
+    conn->out = tmp;
+    conn->out.len = 0;
+    h2o_iovec_t iov = h2o_iovec_init(conn->writing.data, conn->writing.len);
+    h2o_socket_write(conn->sock, &iov, 1, on_write_complete);
+}
+
+/* Asks nghttp2 for every frame it has ready. Never from inside an nghttp2 callback. */
+static int produce(echod_conn_t *conn)
+{
+    if (conn->closed || conn->in_recv || conn->out.len >= OUT_HIGH_WATER)
+        return 0;
+    int rv = nghttp2_session_send(conn->ngh);
+    if (rv != 0) {
+        echod_warn("connection: nghttp2_session_send: %s", nghttp2_strerror(rv));
+        conn_close(conn);
+        return -1;
+    }
+    return 0;
+}
+
+static void maybe_close(echod_conn_t *conn)
+{
+    if (conn->closed)
+        return;
+    if (!nghttp2_session_want_read(conn->ngh) && !nghttp2_session_want_write(conn->ngh) && conn->out.len == 0 &&
+        !h2o_socket_is_writing(conn->sock))
+        conn_close(conn);
+}
+
+void echod_conn_flush(echod_conn_t *conn, echod_flush_trigger_t trigger)
+{
+    if (conn->closed || conn->in_recv)
+        return;
+    size_t before = conn->out.len;
+    conn->frames = 0;
+    if (produce(conn) != 0)
+        return;
+    size_t produced = conn->out.len - before;
+    if (produced != 0) {
+        ECHOD_COUNT(echod_metrics.flushes[trigger]);
+        echod_histogram_observe(&echod_metrics.flush_frames, conn->frames);
+        echod_histogram_observe(&echod_metrics.flush_bytes, produced);
+        start_write(conn);
+    }
+    /* sending may have closed streams (trailers out): their `closed` steps are due */
+    conn_process(conn);
+    maybe_close(conn);
+}
+
+static void on_write_complete(h2o_socket_t *sock, const char *err)
+{
+    echod_conn_t *conn = sock->data;
+    if (err != NULL) {
+        conn_close(conn);
+        return;
+    }
+    conn->writing.len = 0;
+    /* frames held back by OUT_HIGH_WATER belong to flushes already counted */
+    if (produce(conn) != 0)
+        return;
+    start_write(conn);
+    conn_process(conn);
+    maybe_close(conn);
+}
+
+static void on_tail(h2o_timeout_entry_t *entry)
+{
+    echod_conn_t *conn = H2O_STRUCT_FROM_MEMBER(echod_conn_t, tail_entry, entry);
+    echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);
+}
+
+/* Something was queued in nghttp2: schedule the flush the policy asks for. */
+static void mark_dirty(echod_conn_t *conn)
+{
+    echod_loop_t *loop = conn->loop;
+    if (conn->closed)
+        return;
+    if (loop->in_task_batch) {
+        if (!conn->batch_dirty) {
+            conn->batch_dirty = 1;
+            atomic_fetch_add_explicit(&conn->refs, 1, memory_order_relaxed);
+            conn->next_batch_dirty = loop->batch_dirty;
+            loop->batch_dirty = conn;
+        }
+        return;
+    }
+    if (!h2o_timeout_is_linked(&conn->tail_entry))
+        h2o_timeout_link(loop->evloop, &loop->tail, &conn->tail_entry);
+}
+
+echod_conn_t *echod_conn_flush_batch(echod_conn_t *conn)
+{
+    echod_conn_t *next = conn->next_batch_dirty;
+    conn->batch_dirty = 0;
+    conn_process(conn);
+    echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TASK);
+    echod_conn_release(conn);
+    return next;
+}
+
+/* --- calls: touched list and stream bookkeeping --- */
+
+static void touch(echod_call_t *call)
+{
+    echod_conn_t *conn = call->conn;
+    if (call->io.touched)
+        return;
+    call->io.touched = 1;
+    echod_call_retain(call);
+    call->io.next_touched = NULL;
+    if (conn->touched_tail != NULL)
+        conn->touched_tail->io.next_touched = call;
+    else
+        conn->touched_head = call;
+    conn->touched_tail = call;
+}
+
+static void conn_process(echod_conn_t *conn)
+{
+    if (conn->processing)
+        return;
+    conn->processing = 1;
+    echod_call_t *call;
+    while ((call = conn->touched_head) != NULL) {
+        conn->touched_head = call->io.next_touched;
+        if (conn->touched_head == NULL)
+            conn->touched_tail = NULL;
+        call->io.touched = 0;
+        echod_call_pump(call);
+        echod_call_release(call);
+        if (conn->immediate_due) {
+            conn->immediate_due = 0;
+            conn->processing = 0;
+            echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_IMMEDIATE);
+            conn->processing = 1;
+        }
+    }
+    conn->processing = 0;
+}
+
+static void unlink_call(echod_call_t *call)
+{
+    echod_conn_t *conn = call->conn;
+    if (!call->io.in_conn)
+        return;
+    call->io.in_conn = 0;
+    if (call->io.prev_in_conn != NULL)
+        call->io.prev_in_conn->io.next_in_conn = call->io.next_in_conn;
+    else
+        conn->calls = call->io.next_in_conn;
+    if (call->io.next_in_conn != NULL)
+        call->io.next_in_conn->io.prev_in_conn = call->io.prev_in_conn;
+}
+
+/* The stream is gone (trailers sent and peer done, reset, or connection lost). */
+static void stream_closed(echod_call_t *call)
+{
+    call->io.closed = 1;
+    if (!call->io.trailers_sent)
+        atomic_store_explicit(&call->cancelled, 1, memory_order_release);
+    h2o_timeout_unlink(&call->io.deadline);
+    unlink_call(call);
+    touch(call);
+    echod_call_release(call); /* the transport's reference */
+}
+
+/* --- sending --- */
+
+static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
+                            uint32_t *data_flags, nghttp2_data_source *source, void *user_data);
+
+#define NV(n, v)                                                                                                       \
+    {                                                                                                                  \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE                                 \
+    }
+
+static void status_nv(echod_call_t *call, nghttp2_nv *nv, size_t *n, char *code_buf, char *msg_buf, size_t msg_cap)
+{
+    snprintf(code_buf, 12, "%d", call->io.status_code);
+    nv[(*n)++] = (nghttp2_nv)NV("grpc-status", code_buf);
+    if (call->io.status_message != NULL && call->io.status_message[0] != '\0') {
+        echod_status_encode_message(msg_buf, msg_cap, call->io.status_message);
+        nv[(*n)++] = (nghttp2_nv)NV("grpc-message", msg_buf);
+    }
+}
+
+static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
+                            uint32_t *data_flags, nghttp2_data_source *source, void *user_data)
+{
+    (void)buf;
+    (void)user_data;
+    echod_call_t *call = source->ptr;
+    if (call->io.out_queued == 0 && !call->io.trailers_queued) {
+        call->io.data_deferred = 1;
+        return NGHTTP2_ERR_DEFERRED;
+    }
+    size_t n = call->io.out_queued < length ? call->io.out_queued : length;
+    if (n != 0)
+        *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    if (n == call->io.out_queued && call->io.trailers_queued) {
+        nghttp2_nv nv[2];
+        size_t nvlen = 0;
+        char code[12], msg[512];
+        status_nv(call, nv, &nvlen, code, msg, sizeof(msg));
+        *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        if (nghttp2_submit_trailer(session, stream_id, nv, nvlen) != 0)
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    return (ssize_t)n;
+}
+
+static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
+                        nghttp2_data_source *source, void *user_data)
+{
+    (void)session;
+    (void)frame;
+    echod_conn_t *conn = user_data;
+    echod_call_t *call = source->ptr;
+    if (bytes_append(&conn->out, framehd, 9) != 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    size_t freed = 0;
+    while (length != 0) {
+        echod_msg_t *m = call->io.out_head;
+        size_t avail = echod_msg_frame_len(m) - call->io.out_offset;
+        size_t take = avail < length ? avail : length;
+        if (bytes_append(&conn->out, m->frame + call->io.out_offset, take) != 0)
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        length -= take;
+        call->io.out_queued -= take;
+        call->io.out_offset += take;
+        if (call->io.out_offset == echod_msg_frame_len(m)) {
+            call->io.out_head = m->next;
+            if (call->io.out_head == NULL)
+                call->io.out_tail = NULL;
+            call->io.out_offset = 0;
+            freed += echod_msg_frame_len(m);
+            echod_msg_free(m);
+        }
+    }
+    if (freed != 0) {
+        size_t limit = call->server->cfg->transport.max_send_buffer_bytes;
+        size_t before = atomic_fetch_sub_explicit(&call->out_bytes, freed, memory_order_acq_rel);
+        if (before >= limit && before - freed < limit) {
+            call->io.ready_due = 1; /* grpc-java's onReady: a transition back to ready */
+            touch(call);
+        }
+    }
+    return 0;
+}
+
+static void submit_headers(echod_call_t *call, int with_data)
+{
+    echod_conn_t *conn = call->conn;
+    nghttp2_nv nv[4] = {NV(":status", "200"), NV("content-type", "application/grpc")};
+    size_t n = 2;
+    char code[12], msg[512];
+    if (!with_data) {
+        status_nv(call, nv, &n, code, msg, sizeof(msg));
+    }
+    nghttp2_data_provider prd = {.source.ptr = call, .read_callback = data_read_cb};
+    nghttp2_submit_response(conn->ngh, call->io.stream_id, nv, n, with_data ? &prd : NULL);
+}
+
+void echod_conn_send_message(echod_call_t *call, echod_msg_t *msg)
+{
+    echod_conn_t *conn = call->conn;
+    if (conn->closed || call->io.closed || call->io.trailers_queued) {
+        atomic_fetch_sub_explicit(&call->out_bytes, echod_msg_frame_len(msg), memory_order_acq_rel);
+        echod_msg_free(msg);
+        return;
+    }
+    msg->next = NULL;
+    if (call->io.out_tail != NULL)
+        call->io.out_tail->next = msg;
+    else
+        call->io.out_head = msg;
+    call->io.out_tail = msg;
+    call->io.out_queued += echod_msg_frame_len(msg);
+    if (!call->io.headers_sent) {
+        call->io.headers_sent = 1;
+        submit_headers(call, 1);
+    } else if (call->io.data_deferred) {
+        call->io.data_deferred = 0;
+        nghttp2_session_resume_data(conn->ngh, call->io.stream_id);
+    }
+    mark_dirty(conn);
+}
+
+static void close_stream(echod_call_t *call, int code, const char *message, uint32_t rst_code)
+{
+    echod_conn_t *conn = call->conn;
+    if (conn->closed || call->io.closed || call->io.trailers_queued)
+        return;
+    call->io.trailers_queued = 1;
+    call->io.status_code = code;
+    call->io.status_message = message != NULL ? strdup(message) : NULL;
+    call->io.rst_after_trailers = rst_code;
+    if (!call->io.headers_sent) {
+        call->io.headers_sent = 1;
+        submit_headers(call, 0); /* Trailers-Only */
+    } else if (call->io.data_deferred) {
+        call->io.data_deferred = 0;
+        nghttp2_session_resume_data(conn->ngh, call->io.stream_id);
+    }
+    mark_dirty(conn);
+    if (call->server->cfg->transport.flush == ECHOD_FLUSH_IMMEDIATE) {
+        if (conn->processing || conn->in_recv)
+            conn->immediate_due = 1;
+        else
+            echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_IMMEDIATE);
+    }
+}
+
+void echod_conn_close_call(echod_call_t *call, int code, const char *message)
+{
+    close_stream(call, code, message, NGHTTP2_NO_ERROR);
+}
+
+void echod_conn_consume(echod_call_t *call, size_t n)
+{
+    echod_conn_t *conn = call->conn;
+    if (conn->closed || n == 0)
+        return;
+    nghttp2_session_consume(conn->ngh, call->io.stream_id, n);
+    mark_dirty(conn);
+}
+
+static void on_deadline(h2o_timeout_entry_t *entry)
+{
+    echod_call_t *call = H2O_STRUCT_FROM_MEMBER(echod_call_t, io.deadline, entry);
+    echod_conn_t *conn = call->conn;
+    if (call->io.trailers_queued || call->io.closed)
+        return;
+    call->io.expired = 1;
+    atomic_store_explicit(&call->cancelled, 1, memory_order_release);
+    close_stream(call, ECHOD_DEADLINE_EXCEEDED, "Deadline exceeded", NGHTTP2_CANCEL);
+    conn_process(conn);
+}
+
+/* --- receiving: nghttp2 callbacks record and touch, nothing more --- */
+
+static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
+{
+    echod_conn_t *conn = user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    echod_call_t *call = echod_call_new(conn->loop->server, conn->loop, conn, frame->hd.stream_id);
+    if (call == NULL)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    atomic_fetch_add_explicit(&conn->refs, 1, memory_order_relaxed);
+    call->io.deadline.cb = on_deadline;
+    call->io.in_conn = 1;
+    call->io.next_in_conn = conn->calls;
+    if (conn->calls != NULL)
+        conn->calls->io.prev_in_conn = call;
+    conn->calls = call;
+    nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, call);
+    return 0;
+}
+
+static int header_is(const uint8_t *p, size_t len, const char *lit)
+{
+    return len == strlen(lit) && memcmp(p, lit, len) == 0;
+}
+
+/* application/grpc, application/grpc+proto, application/grpc;charset=... (gRPC's rule) */
+static int content_type_ok(const uint8_t *v, size_t len)
+{
+    static const char base[] = "application/grpc";
+    size_t bl = sizeof(base) - 1;
+    if (len < bl || strncasecmp((const char *)v, base, bl) != 0)
+        return 0;
+    return len == bl || v[bl] == '+' || v[bl] == ';';
+}
+
+static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
+                     const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data)
+{
+    (void)flags;
+    (void)user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    echod_call_t *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (call == NULL)
+        return 0;
+    if (header_is(name, namelen, ":method")) {
+        call->io.hdr.method_seen = 1;
+        call->io.hdr.is_post = header_is(value, valuelen, "POST");
+    } else if (header_is(name, namelen, ":path")) {
+        free(call->io.path);
+        call->io.path = strndup((const char *)value, valuelen);
+        call->io.path_len = valuelen;
+    } else if (header_is(name, namelen, "content-type")) {
+        call->io.hdr.ct_seen = 1;
+        call->io.hdr.ct_ok = content_type_ok(value, valuelen);
+    } else if (header_is(name, namelen, "grpc-encoding")) {
+        call->io.hdr.enc_unsupported = !header_is(value, valuelen, "identity");
+    } else if (header_is(name, namelen, "grpc-timeout")) {
+        if (echod_grpc_timeout_parse((const char *)value, valuelen, &call->io.hdr.timeout_ns) != 0)
+            call->io.hdr.timeout_bad = 1;
+    }
+    return 0;
+}
+
+static void reject_http(echod_call_t *call, const char *status, const char *message)
+{
+    echod_conn_t *conn = call->conn;
+    char code[12];
+    snprintf(code, sizeof(code), "%d", ECHOD_INTERNAL);
+    nghttp2_nv nv[] = {NV(":status", status), NV("content-type", "text/plain; charset=utf-8"),
+                       NV("grpc-status", code), NV("grpc-message", message)};
+    call->io.rejected = 1;
+    call->io.headers_sent = 1;
+    call->io.trailers_queued = 1;
+    call->io.status_code = ECHOD_INTERNAL;
+    nghttp2_submit_response(conn->ngh, call->io.stream_id, nv, sizeof(nv) / sizeof(nv[0]), NULL);
+}
+
+/* HEADERS is complete: HTTP-level checks happen here, before the call has any step. */
+static void request_headers_done(echod_call_t *call)
+{
+    echod_conn_t *conn = call->conn;
+    if (!call->io.hdr.is_post) {
+        reject_http(call, "405", "Method not allowed: gRPC requires POST");
+        return;
+    }
+    if (!call->io.hdr.ct_ok) {
+        reject_http(call, "415", "Unsupported content-type: gRPC requires application/grpc");
+        return;
+    }
+    if (call->io.hdr.enc_unsupported) {
+        static const nghttp2_nv accept = NV("grpc-accept-encoding", "identity");
+        char code[12];
+        snprintf(code, sizeof(code), "%d", ECHOD_UNIMPLEMENTED);
+        nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc"), NV("grpc-status", code),
+                           NV("grpc-message", "Unsupported grpc-encoding: only identity is supported"), accept};
+        call->io.rejected = 1;
+        call->io.headers_sent = 1;
+        call->io.trailers_queued = 1;
+        call->io.status_code = ECHOD_UNIMPLEMENTED;
+        nghttp2_submit_response(conn->ngh, call->io.stream_id, nv, sizeof(nv) / sizeof(nv[0]), NULL);
+        return;
+    }
+    if (call->io.path == NULL) {
+        call->io.path = strdup("");
+        call->io.path_len = 0;
+    }
+    if (call->io.hdr.timeout_bad) {
+        call->io.started = 1; /* no steps: the request never reached a method */
+        call->io.rejected = 1;
+        close_stream(call, ECHOD_INTERNAL, "Malformed grpc-timeout header", NGHTTP2_NO_ERROR);
+        return;
+    }
+    if (call->io.hdr.timeout_ns != 0) {
+        uint64_t ms = (call->io.hdr.timeout_ns + 999999) / 1000000;
+        uint64_t now = h2o_now(conn->loop->evloop);
+        call->io.deadline_ms = ms > UINT64_MAX - now ? UINT64_MAX : now + ms;
+        echod_loop_link_deadline(conn->loop, &call->io.deadline, call->io.deadline_ms);
+    }
+    touch(call);
+}
+
+static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
+{
+    (void)user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
+        return 0;
+    echod_call_t *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (call == NULL)
+        return 0;
+    if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
+        call->io.end_stream = 1;
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+        request_headers_done(call);
+        return 0;
+    }
+    if (!call->io.rejected)
+        touch(call);
+    return 0;
+}
+
+static int on_data_chunk_recv(nghttp2_session *session, uint8_t flags, int32_t stream_id, const uint8_t *data,
+                              size_t len, void *user_data)
+{
+    (void)flags;
+    (void)user_data;
+    echod_call_t *call = nghttp2_session_get_stream_user_data(session, stream_id);
+    if (call == NULL || call->io.rejected || call->io.deframe_failed || call->io.trailers_queued) {
+        nghttp2_session_consume(session, stream_id, len);
+        return 0;
+    }
+    echod_deframer_t *d = &call->io.deframer;
+    if (echod_deframer_feed(d, data, len) != ECHOD_DEFRAME_OK) {
+        call->io.deframe_failed = 1;
+        nghttp2_session_consume(session, stream_id, len + call->io.held_bytes);
+        call->io.held_bytes = 0;
+        touch(call);
+        return 0;
+    }
+    /* bytes return to the window as messages are delivered: a slow handler back-pressures */
+    if (d->count == 0) {
+        nghttp2_session_consume(session, stream_id, len + call->io.held_bytes);
+        call->io.held_bytes = 0;
+    } else {
+        call->io.held_bytes += len;
+        touch(call);
+    }
+    return 0;
+}
+
+static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
+{
+    echod_conn_t *conn = user_data;
+    conn->frames++;
+    if (frame->hd.type == NGHTTP2_GOAWAY)
+        ECHOD_COUNT(echod_metrics.goaways_sent);
+    if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
+        !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    echod_call_t *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (call == NULL)
+        return 0;
+    call->io.trailers_sent = 1;
+    /* gRPC over HTTP/2: a server that ends before the client did resets the rest of the stream */
+    if (!call->io.end_stream)
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, call->io.rst_after_trailers);
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t error_code, void *user_data)
+{
+    (void)error_code;
+    (void)user_data;
+    echod_call_t *call = nghttp2_session_get_stream_user_data(session, stream_id);
+    if (call == NULL)
+        return 0;
+    nghttp2_session_set_stream_user_data(session, stream_id, NULL);
+    stream_closed(call);
+    return 0;
+}
+
+static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t length, int flags, void *user_data)
+{
+    (void)session;
+    (void)flags;
+    echod_conn_t *conn = user_data;
+    if (bytes_append(&conn->out, data, length) != 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    return (ssize_t)length;
+}
+
+/* --- connection lifecycle --- */
+
+static void on_read(h2o_socket_t *sock, const char *err)
+{
+    echod_conn_t *conn = sock->data;
+    if (err != NULL) {
+        conn_close(conn);
+        return;
+    }
+    conn->in_recv = 1;
+    ssize_t rv = nghttp2_session_mem_recv(conn->ngh, (const uint8_t *)sock->input->bytes, sock->input->size);
+    conn->in_recv = 0;
+    if (rv < 0) {
+        /* nghttp2 queued a GOAWAY for protocol errors; send it, then close */
+        echod_debug("connection: nghttp2_session_mem_recv: %s", nghttp2_strerror((int)rv));
+        if (rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC || !nghttp2_session_want_write(conn->ngh))
+            nghttp2_session_terminate_session(conn->ngh, NGHTTP2_PROTOCOL_ERROR);
+        h2o_buffer_consume(&sock->input, sock->input->size);
+        h2o_socket_read_stop(sock);
+        echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_READ_COMPLETE);
+        return;
+    }
+    h2o_buffer_consume(&sock->input, (size_t)rv);
+    conn_process(conn);
+    if (conn->closed)
+        return;
+    if (conn->loop->server->cfg->transport.flush == ECHOD_FLUSH_READ_COMPLETE)
+        echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_READ_COMPLETE);
+    if (!conn->closed && nghttp2_session_want_write(conn->ngh))
+        mark_dirty(conn);
+    if (!conn->closed)
+        maybe_close(conn);
+}
+
+static void conn_close(echod_conn_t *conn)
+{
+    if (conn->closed)
+        return;
+    conn->closed = 1;
+    h2o_timeout_unlink(&conn->tail_entry);
+    /* nghttp2_session_del does not report stream closes: cancel every call ourselves */
+    while (conn->calls != NULL)
+        stream_closed(conn->calls);
+    conn_process(conn);
+    nghttp2_session_del(conn->ngh);
+    conn->ngh = NULL;
+    h2o_linklist_unlink(&conn->link);
+    h2o_socket_close(conn->sock);
+    conn->sock = NULL;
+    atomic_fetch_sub_explicit(&echod_metrics.connections, 1, memory_order_relaxed);
+    echod_conn_release(conn);
+}
+
+void echod_conn_abort(echod_conn_t *conn)
+{
+    conn_close(conn);
+}
+
+void echod_conn_goaway(echod_conn_t *conn)
+{
+    if (conn->closed || conn->goaway_sent)
+        return;
+    conn->goaway_sent = 1;
+    nghttp2_submit_goaway(conn->ngh, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(conn->ngh),
+                          NGHTTP2_NO_ERROR, NULL, 0);
+    echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);
+}
+
+static int session_start(echod_conn_t *conn)
+{
+    const echod_config_t *cfg = conn->loop->server->cfg;
+    nghttp2_session_callbacks *cbs;
+    nghttp2_option *opt;
+    if (nghttp2_session_callbacks_new(&cbs) != 0)
+        return -1;
+    nghttp2_session_callbacks_set_send_callback(cbs, send_cb);
+    nghttp2_session_callbacks_set_send_data_callback(cbs, send_data_cb);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk_recv);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_option_new(&opt);
+    nghttp2_option_set_no_auto_window_update(opt, 1);
+    int rv = nghttp2_session_server_new2(&conn->ngh, cbs, conn, opt);
+    nghttp2_option_del(opt);
+    nghttp2_session_callbacks_del(cbs);
+    if (rv != 0)
+        return -1;
+    nghttp2_settings_entry settings[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, cfg->transport.max_concurrent_streams},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, cfg->transport.initial_window_bytes},
+    };
+    nghttp2_submit_settings(conn->ngh, NGHTTP2_FLAG_NONE, settings, 2);
+    /* grpc-java's flowControlWindow applies to the connection as well as each stream */
+    nghttp2_session_set_local_window_size(conn->ngh, NGHTTP2_FLAG_NONE, 0, (int32_t)cfg->transport.initial_window_bytes);
+    return 0;
+}
+
+static void conn_start(echod_conn_t *conn)
+{
+    if (session_start(conn) != 0) {
+        conn_close(conn);
+        return;
+    }
+    h2o_socket_read_start(conn->sock, on_read);
+    mark_dirty(conn); /* our SETTINGS */
+    if (conn->sock->input->size != 0)
+        on_read(conn->sock, NULL);
+}
+
+static void on_handshake(h2o_socket_t *sock, const char *err)
+{
+    echod_conn_t *conn = sock->data;
+    if (err != NULL) {
+        echod_debug("connection: TLS handshake failed: %s", err);
+        conn_close(conn);
+        return;
+    }
+    h2o_iovec_t proto = h2o_socket_ssl_get_selected_protocol(sock);
+    if (!(proto.len == 2 && memcmp(proto.base, "h2", 2) == 0)) {
+        /* the handshake succeeds without ALPN h2, but gRPC needs HTTP/2 */
+        echod_debug("connection: TLS client did not negotiate ALPN h2");
+        conn_close(conn);
+        return;
+    }
+    conn_start(conn);
+}
+
+void echod_conn_accept(echod_loop_t *loop, h2o_socket_t *sock)
+{
+    echod_conn_t *conn = calloc(1, sizeof(*conn));
+    if (conn == NULL) {
+        h2o_socket_close(sock);
+        return;
+    }
+    int one = 1;
+    setsockopt(h2o_socket_get_fd(sock), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    conn->loop = loop;
+    conn->sock = sock;
+    sock->data = conn;
+    atomic_init(&conn->refs, 1);
+    conn->tail_entry.cb = on_tail;
+    h2o_linklist_insert(&loop->conns, &conn->link);
+    ECHOD_COUNT(echod_metrics.connections);
+    ECHOD_COUNT(echod_metrics.connections_total);
+    if (loop->server->ssl_ctx != NULL)
+        h2o_socket_ssl_handshake(sock, loop->server->ssl_ctx, NULL, on_handshake);
+    else
+        conn_start(conn);
+}

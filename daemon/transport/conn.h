@@ -1,0 +1,49 @@
+/*
+ * One HTTP/2 connection: its socket (TCP or TLS), its nghttp2 session, its streams and its
+ * write queue with the flush policy of DESIGN.md section 6. Loop thread only, except
+ * echod_conn_release (a call may be freed on a worker).
+ *
+ * Rule: nghttp2 callbacks only record what happened and "touch" the call; steps are submitted
+ * afterwards by echod_call_pump, outside nghttp2 (which must not be re-entered from callbacks).
+ */
+#ifndef ECHOD_CONN_H
+#define ECHOD_CONN_H
+
+#include <h2o/socket.h>
+#include "dispatch/call.h"
+#include "metrics/metrics.h"
+#include "transport/loop.h"
+
+typedef struct echod_conn echod_conn_t;
+
+/* Takes over an accepted socket (TLS handshake first when the server has a context). */
+void echod_conn_accept(echod_loop_t *loop, h2o_socket_t *sock);
+
+/* Queues a response message for the call (headers go first). Drops it if the stream is gone. */
+void echod_conn_send_message(echod_call_t *call, echod_msg_t *msg);
+
+/* Queues the trailers (or a Trailers-Only response) after the queued messages. */
+void echod_conn_close_call(echod_call_t *call, int code, const char *message);
+
+/* Returns n received bytes of the call's stream to the flow-control window. */
+void echod_conn_consume(echod_call_t *call, size_t n);
+
+/* Flushes if anything is queued, counting it under trigger. */
+void echod_conn_flush(echod_conn_t *conn, echod_flush_trigger_t trigger);
+
+/* After a task batch: flushes a connection the batch wrote to; returns the next one dirtied. */
+echod_conn_t *echod_conn_flush_batch(echod_conn_t *conn);
+
+/* Shutdown: GOAWAY now; the connection closes once its streams are done. */
+void echod_conn_goaway(echod_conn_t *conn);
+
+/* Closes at once, cancelling every call. */
+void echod_conn_abort(echod_conn_t *conn);
+
+/* Drops a call's reference to its connection. Any thread. */
+void echod_conn_release(echod_conn_t *conn);
+
+/* Loop thread: the conn behind a linklist node of echod_loop_t.conns. */
+echod_conn_t *echod_conn_from_link(h2o_linklist_t *link);
+
+#endif

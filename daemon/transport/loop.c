@@ -1,0 +1,211 @@
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "transport/conn.h"
+#include "transport/loop.h"
+#include "util/log.h"
+
+static __thread echod_loop_t *current_loop;
+
+echod_loop_t *echod_loop_current(void)
+{
+    return current_loop;
+}
+
+int echod_loop_listen(const char *addr, char *err, size_t errlen)
+{
+    char host[256];
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host)) {
+        snprintf(err, errlen, "%s: expected host:port", addr);
+        return -1;
+    }
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    char *h = host;
+    if (h[0] == '[' && h[strlen(h) - 1] == ']') {
+        h[strlen(h) - 1] = '\0';
+        h++;
+    }
+    if (h[0] == '\0' || strcmp(h, "*") == 0)
+        h = NULL;
+
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res;
+    int rv = getaddrinfo(h, colon + 1, &hints, &res);
+    if (rv != 0) {
+        snprintf(err, errlen, "%s: %s", addr, gai_strerror(rv));
+        return -1;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 ||
+        bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 4096) != 0) {
+        snprintf(err, errlen, "%s: %s", addr, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(res);
+        return -1;
+    }
+    freeaddrinfo(res);
+    return fd;
+}
+
+void echod_loop_link_deadline(echod_loop_t *loop, h2o_timeout_entry_t *entry, uint64_t deadline_ms)
+{
+    /* A 0 ms list fires an entry once now >= registered_at, and the loop sleeps until its first
+     * entry: keeping the list sorted by deadline makes it an exact timer for any duration. */
+    h2o_timeout_link(loop->evloop, &loop->deadlines, entry);
+    h2o_linklist_unlink(&entry->_link);
+    entry->registered_at = deadline_ms;
+    h2o_linklist_t *anchor = &loop->deadlines._entries, *pos = anchor->prev;
+    while (pos != anchor && H2O_STRUCT_FROM_MEMBER(h2o_timeout_entry_t, _link, pos)->registered_at > deadline_ms)
+        pos = pos->prev;
+    h2o_linklist_insert(pos->next, &entry->_link);
+}
+
+void echod_loop_post(echod_loop_t *loop, echod_loop_msg_t *msg)
+{
+    h2o_multithread_send_message(&loop->tasks, &msg->super);
+}
+
+/* A batch of loop tasks, then one flush per connection they wrote to (every policy). */
+static void on_tasks(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    echod_loop_t *loop = H2O_STRUCT_FROM_MEMBER(echod_loop_t, tasks, receiver);
+    loop->in_task_batch = 1;
+    while (!h2o_linklist_is_empty(messages)) {
+        echod_loop_msg_t *msg = H2O_STRUCT_FROM_MEMBER(echod_loop_msg_t, super.link, messages->next);
+        h2o_linklist_unlink(&msg->super.link);
+        msg->run(msg);
+    }
+    loop->in_task_batch = 0;
+    echod_conn_t *conn = loop->batch_dirty;
+    loop->batch_dirty = NULL;
+    while (conn != NULL)
+        conn = echod_conn_flush_batch(conn);
+}
+
+static void on_accept(h2o_socket_t *listener, const char *err)
+{
+    echod_loop_t *loop = listener->data;
+    if (err != NULL)
+        return;
+    for (int i = 0; i < 64; i++) {
+        h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
+        if (sock == NULL)
+            break;
+        echod_conn_accept(loop, sock);
+    }
+}
+
+static void stop_listening(echod_loop_t *loop)
+{
+    if (loop->listener != NULL) {
+        h2o_socket_read_stop(loop->listener);
+        h2o_socket_close(loop->listener);
+        loop->listener = NULL;
+    }
+}
+
+static void on_control(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    echod_loop_t *loop = H2O_STRUCT_FROM_MEMBER(echod_loop_t, control, receiver);
+    while (!h2o_linklist_is_empty(messages))
+        h2o_linklist_unlink(messages->next);
+    if (loop->draining)
+        return;
+    loop->draining = 1;
+    loop->drain_deadline_ms = h2o_now(loop->evloop) + loop->server->cfg->shutdown.drain_timeout_ms;
+    stop_listening(loop);
+    for (h2o_linklist_t *n = loop->conns.next, *next; n != &loop->conns; n = next) {
+        next = n->next;
+        echod_conn_goaway(echod_conn_from_link(n));
+    }
+    h2o_timeout_link(loop->evloop, &loop->tick, &loop->tick_entry);
+}
+
+static void on_tick(h2o_timeout_entry_t *entry)
+{
+    echod_loop_t *loop = H2O_STRUCT_FROM_MEMBER(echod_loop_t, tick_entry, entry);
+    if (h2o_now(loop->evloop) >= loop->drain_deadline_ms) {
+        while (!h2o_linklist_is_empty(&loop->conns))
+            echod_conn_abort(echod_conn_from_link(loop->conns.next));
+    }
+    h2o_timeout_link(loop->evloop, &loop->tick, &loop->tick_entry);
+}
+
+static int loop_finished(echod_loop_t *loop)
+{
+    return loop->draining && h2o_linklist_is_empty(&loop->conns) &&
+           atomic_load_explicit(&loop->live_calls, memory_order_acquire) == 0;
+}
+
+static void *loop_main(void *arg)
+{
+    echod_loop_t *loop = arg;
+    char name[16];
+    snprintf(name, sizeof(name), "echod-io-%u", loop->index);
+    pthread_setname_np(pthread_self(), name);
+    current_loop = loop;
+    h2o_socket_read_start(loop->listener, on_accept);
+    while (!loop_finished(loop))
+        h2o_evloop_run(loop->evloop, INT32_MAX);
+    current_loop = NULL;
+    return NULL;
+}
+
+echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int listen_fd, char *err, size_t errlen)
+{
+    echod_loop_t *loop = calloc(1, sizeof(*loop));
+    if (loop == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    loop->server = server;
+    loop->index = index;
+    loop->listen_fd = listen_fd;
+    loop->evloop = h2o_evloop_create();
+    loop->queue = h2o_multithread_create_queue(loop->evloop);
+    h2o_multithread_register_receiver(loop->queue, &loop->tasks, on_tasks);
+    h2o_multithread_register_receiver(loop->queue, &loop->control, on_control);
+    h2o_timeout_init(loop->evloop, &loop->tail, 0);
+    h2o_timeout_init(loop->evloop, &loop->deadlines, 0);
+    h2o_timeout_init(loop->evloop, &loop->tick, 10);
+    loop->tick_entry.cb = on_tick;
+    h2o_linklist_init_anchor(&loop->conns);
+    atomic_init(&loop->live_calls, 0);
+    loop->listener = h2o_evloop_socket_create(loop->evloop, listen_fd, H2O_SOCKET_FLAG_DONT_READ);
+    loop->listener->data = loop;
+    int rv = pthread_create(&loop->thread, NULL, loop_main, loop);
+    if (rv != 0) {
+        snprintf(err, errlen, "cannot start I/O thread: %s", strerror(rv));
+        return NULL;
+    }
+    return loop;
+}
+
+void echod_loop_shutdown(echod_loop_t *loop)
+{
+    /* once per loop: on_control only unlinks it */
+    h2o_multithread_send_message(&loop->control, &loop->shutdown_msg);
+}
+
+void echod_loop_join(echod_loop_t *loop)
+{
+    pthread_join(loop->thread, NULL);
+    h2o_timeout_unlink(&loop->tick_entry);
+    h2o_multithread_unregister_receiver(loop->queue, &loop->tasks);
+    h2o_multithread_unregister_receiver(loop->queue, &loop->control);
+    h2o_multithread_destroy_queue(loop->queue);
+    h2o_timeout_dispose(loop->evloop, &loop->tail);
+    h2o_timeout_dispose(loop->evloop, &loop->deadlines);
+    h2o_timeout_dispose(loop->evloop, &loop->tick);
+    h2o_evloop_destroy(loop->evloop);
+    free(loop);
+}

@@ -1,0 +1,67 @@
+/*
+ * An I/O loop thread (DESIGN.md section 1): its listener, its connections, the cross-thread
+ * queue that workers post loop tasks to, and the timers (loop tail, deadlines, drain).
+ */
+#ifndef ECHOD_LOOP_H
+#define ECHOD_LOOP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <h2o/multithread.h>
+#include <h2o/socket.h>
+#include <h2o/timeout.h>
+#include "transport/server.h"
+
+struct echod_conn;
+
+/* Work posted to a loop from another thread; run() is called on the loop thread. */
+typedef struct echod_loop_msg {
+    h2o_multithread_message_t super;
+    void (*run)(struct echod_loop_msg *msg);
+} echod_loop_msg_t;
+
+typedef struct echod_loop {
+    echod_server_t *server;
+    unsigned index;
+    pthread_t thread;
+    h2o_evloop_t *evloop;
+    h2o_socket_t *listener;
+    h2o_multithread_queue_t *queue;
+    h2o_multithread_receiver_t tasks;   /* echod_loop_msg_t from workers */
+    h2o_multithread_receiver_t control; /* shutdown */
+    h2o_timeout_t tail;      /* 0 ms: fires after every read of the iteration (loop_tail flush) */
+    h2o_timeout_t deadlines; /* 0 ms list kept sorted by deadline, see echod_loop_link_deadline */
+    h2o_timeout_t tick;      /* 10 ms: drain progress checks */
+    h2o_timeout_entry_t tick_entry;
+    h2o_linklist_t conns;     /* echod_conn_t.link */
+    struct echod_conn *batch_dirty; /* connections written to by the current task batch */
+    int in_task_batch;
+    int draining;
+    uint64_t drain_deadline_ms;
+    h2o_multithread_message_t shutdown_msg;
+    atomic_long live_calls; /* calls of this loop not yet freed (freed on any thread) */
+    int listen_fd;
+} echod_loop_t;
+
+/* Binds "host:port" (SO_REUSEPORT, so each loop can own a listener). Main thread. */
+int echod_loop_listen(const char *addr, char *err, size_t errlen);
+
+/* Starts the loop thread serving listen_fd. Main thread. */
+echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int listen_fd, char *err, size_t errlen);
+
+/* Any thread: queues msg; the loop runs it with the rest of its batch, then flushes. */
+void echod_loop_post(echod_loop_t *loop, echod_loop_msg_t *msg);
+
+/* The loop whose thread this is, or NULL. */
+echod_loop_t *echod_loop_current(void);
+
+/* Any thread: stop accepting, GOAWAY every connection, drain up to shutdown.drain_timeout. */
+void echod_loop_shutdown(echod_loop_t *loop);
+
+/* Main thread: waits for the loop thread to finish draining, then frees it. */
+void echod_loop_join(echod_loop_t *loop);
+
+/* Loop thread: links entry to fire at deadline_ms (h2o_now time); unlink with h2o_timeout_unlink. */
+void echod_loop_link_deadline(echod_loop_t *loop, h2o_timeout_entry_t *entry, uint64_t deadline_ms);
+
+#endif
