@@ -471,7 +471,7 @@ static void test_admin(void)
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     echod_admin_stop(admin);
-    CHECK(ms_since(&t0) < 1000);
+    CHECK(ms_since(&t0) < 1500); /* well under the 2 s drain limit admin.c gives up at */
     CHECK(read(keep, buf, sizeof(buf)) <= 0);
     CHECK(read(idle, buf, sizeof(buf)) <= 0);
     close(keep);
