@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Set up echod on a fresh Debian 12 machine, as root, from any directory.
+#
+#   deploy/bootstrap.sh run    install what is missing, build (release), run echod on config/echod.yaml
+#   deploy/bootstrap.sh build  install what is missing, build (release) into build/
+#   deploy/bootstrap.sh test   install (with the test tools), build, run the whole test suite in
+#                              build/ (release), then again in build-asan/ (AddressSanitizer +
+#                              UndefinedBehaviorSanitizer) and build-tsan/ (ThreadSanitizer)
+#
+# Environment:
+#   ECHOD_SUITES   which test builds to run, default "release asan tsan"
+#   MESON_TEST_ARGS extra arguments for every `meson test` (e.g. "--suite integration")
+set -euo pipefail
+
+usage() {
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+}
+
+cd "$(dirname "$(readlink -f "$0")")/.."
+ROOT=$PWD
+
+BUILD_PKGS=(meson ninja-build pkg-config gcc libc6-dev libh2o-evloop-dev libnghttp2-dev
+            libprotobuf-c-dev protobuf-c-compiler libyaml-dev libssl-dev)
+TEST_PKGS=(python3 python3-grpcio python3-h2 python3-yaml nghttp2-client openssl)
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        log "need root to run: $*"
+        exit 1
+    fi
+}
+
+installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+# Installs the Debian packages that are missing; apt-get update only when something is.
+install_packages() {
+    local missing=() p
+    for p in "$@"; do
+        installed "$p" || missing+=("$p")
+    done
+    if [ "${#missing[@]}" -eq 0 ]; then
+        log "Debian packages: all present"
+        return
+    fi
+    log "installing: ${missing[*]}"
+    as_root apt-get update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+install_deps() {
+    local pkgs=("${BUILD_PKGS[@]}")
+    if [ "$1" = test ]; then
+        pkgs+=("${TEST_PKGS[@]}")
+        # A node that is already on the machine (another distribution of it) is kept.
+        if ! command -v node >/dev/null 2>&1; then
+            pkgs+=(nodejs npm)
+        elif ! command -v npm >/dev/null 2>&1; then
+            log "node is installed but npm is not: the grpc-js tests will be skipped"
+        fi
+    fi
+    install_packages "${pkgs[@]}"
+}
+
+# setup_build DIR [meson options...]: configure DIR, or reconfigure it with these options.
+setup_build() {
+    local dir=$1
+    shift
+    if [ -f "$dir/meson-private/coredata.dat" ]; then
+        meson setup --reconfigure "$dir" "$@"
+    else
+        meson setup "$dir" "$@"
+    fi
+}
+
+build_release() {
+    setup_build build -Dwerror=true --buildtype=release
+    ninja -C build
+}
+
+npm_install() {
+    if ! command -v npm >/dev/null 2>&1; then
+        return
+    fi
+    log "npm ci in tests/node"
+    local i
+    for i in 1 2 3; do
+        if (cd tests/node && npm ci --no-audit --no-fund); then
+            return
+        fi
+        log "npm ci failed (attempt $i)"
+        sleep 5
+    done
+    log "npm ci failed: cannot install @grpc/grpc-js"
+    exit 1
+}
+
+TOTAL_PASSED=0
+TOTAL_FAILED=0
+TOTAL_SKIPPED=0
+FAILED_SUITES=()
+
+# count_results DIR NAME: adds DIR's meson test results to the totals and prints them.
+count_results() {
+    local counts
+    counts=$(/usr/bin/python3 - "$1/meson-logs/testlog.json" <<'EOF'
+import json, sys
+passed = failed = skipped = 0
+try:
+    with open(sys.argv[1]) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            r = json.loads(line).get("result", "")
+            if r in ("OK", "EXPECTEDFAIL"):
+                passed += 1
+            elif r == "SKIP":
+                skipped += 1
+            else:
+                failed += 1
+except OSError:
+    failed += 1
+print(passed, failed, skipped)
+EOF
+    )
+    local p f s
+    read -r p f s <<<"$counts"
+    log "$2: $p passed, $f failed, $s skipped"
+    TOTAL_PASSED=$((TOTAL_PASSED + p))
+    TOTAL_FAILED=$((TOTAL_FAILED + f))
+    TOTAL_SKIPPED=$((TOTAL_SKIPPED + s))
+}
+
+# run_suite NAME DIR [env assignments...] -- [meson options...]
+run_suite() {
+    local name=$1 dir=$2
+    shift 2
+    local envs=()
+    while [ "$#" -gt 0 ] && [ "$1" != -- ]; do
+        envs+=("$1")
+        shift
+    done
+    [ "$#" -gt 0 ] && shift
+    log "test suite '$name' in $dir"
+    local prefix=()
+    if [ "$name" = tsan ] && command -v setarch >/dev/null 2>&1; then
+        # ThreadSanitizer wants a fixed memory layout; high mmap ASLR entropy breaks it.
+        prefix=(setarch "$(uname -m)" -R)
+    fi
+    local rc=0
+    setup_build "$dir" -Dwerror=true "$@" || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        ninja -C "$dir" || rc=$?
+    fi
+    if [ "$rc" -eq 0 ]; then
+        rm -f "$dir/meson-logs/testlog.json"
+        # shellcheck disable=SC2086
+        env "${envs[@]}" "${prefix[@]}" meson test -C "$dir" --print-errorlogs \
+            --timeout-multiplier "$([ "$name" = release ] && echo 1 || echo 2)" \
+            ${MESON_TEST_ARGS:-} || rc=$?
+        count_results "$dir" "$name"
+    else
+        log "$name: build failed"
+        TOTAL_FAILED=$((TOTAL_FAILED + 1))
+    fi
+    if [ "$rc" -ne 0 ]; then
+        FAILED_SUITES+=("$name")
+    fi
+}
+
+run_tests() {
+    local suites=${ECHOD_SUITES:-release asan tsan}
+    local s tsan_opts
+    for s in $suites; do
+        case $s in
+        release)
+            run_suite release build ECHOD_SANITIZER= -- --buildtype=release
+            ;;
+        asan)
+            run_suite asan build-asan ECHOD_SANITIZER=asan \
+                ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+                UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+                -- -Db_sanitize=address,undefined -Db_lundef=false
+            ;;
+        tsan)
+            tsan_opts="halt_on_error=1 second_deadlock_stack=1"
+            if [ -f tests/tsan.supp ]; then
+                tsan_opts="$tsan_opts suppressions=$ROOT/tests/tsan.supp"
+            fi
+            run_suite tsan build-tsan ECHOD_SANITIZER=tsan "TSAN_OPTIONS=$tsan_opts" \
+                -- -Db_sanitize=thread
+            ;;
+        *)
+            log "unknown suite '$s' in ECHOD_SUITES"
+            exit 2
+            ;;
+        esac
+    done
+    echo
+    if [ "${#FAILED_SUITES[@]}" -gt 0 ]; then
+        log "failed: ${FAILED_SUITES[*]}"
+    fi
+    echo "$TOTAL_PASSED passed, $TOTAL_FAILED failed, $TOTAL_SKIPPED skipped"
+    [ "${#FAILED_SUITES[@]}" -eq 0 ] && [ "$TOTAL_FAILED" -eq 0 ]
+}
+
+case "${1:-}" in
+run)
+    install_deps run
+    build_release
+    log "starting echod (config/echod.yaml): gRPC on :50051, admin on :8080"
+    exec build/daemon/echod --config config/echod.yaml
+    ;;
+build)
+    install_deps build
+    build_release
+    ;;
+test)
+    install_deps test
+    npm_install
+    run_tests
+    ;;
+*)
+    usage
+    ;;
+esac

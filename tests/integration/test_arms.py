@@ -1,0 +1,230 @@
+"""Every dispatch arm in config/arms/ end to end, verified from /metrics (DESIGN.md sections 5-8).
+
+For each arm file: start echod with it, then
+  1. N unary calls with grpcio, one channel, one after the other: total steps = 6N / 5N / 4N
+     (merge_lookup_and_start, coalesce_end_stream), each step label as expected; the direct
+     executor with an inline runner has 0 dispatches and 0 loop tasks, a serializing or pool
+     arm between N and (steps per call)*N dispatches; flush triggers match the policy;
+  2. h2load unary calls over 4 connections: same step arithmetic, zero failures;
+  3. bidi: 3 connections x 3 streams x 1000 messages each at once, every echo in order.
+
+Run on its own: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_arms.py
+(one arm: ... test_arms.py Arms.test_arm_fixed)
+"""
+
+import concurrent.futures
+import glob
+import os
+import shutil
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc  # noqa: E402
+import yaml  # noqa: E402
+
+from echod_harness import (ROOT, SERVICE, SLOW, Daemon, EchoStub, echod_check_config,  # noqa: E402
+                           main, metric_delta)
+from test_h2load import h2load  # noqa: E402
+
+ARMS_DIR = os.path.join(ROOT, "config", "arms")
+EXPECTED_ARMS = ("direct", "direct-drain", "cached", "fixed", "workstealing", "merged",
+                 "coalesced", "merged-coalesced", "direct-serialized", "per-method")
+N = int(os.environ.get("ECHOD_ARMS_N", "200"))
+N_H2LOAD = int(os.environ.get("ECHOD_ARMS_H2LOAD_N", "2000"))
+BIDI_CONNS, BIDI_STREAMS, BIDI_MSGS = 3, 3, 1000
+T = 60 * SLOW
+
+
+def effective_config(path):
+    r = echod_check_config(path)
+    if r.returncode != 0:
+        raise AssertionError("echod --check-config %s failed (%d): %s" % (path, r.returncode, r.stderr))
+    return yaml.safe_load(r.stdout)
+
+
+def uses_inline_runner(cfg):
+    """DESIGN.md section 3: serialize auto picks the inline runner for direct without per-method
+    executors, and for fixed with one thread."""
+    d = cfg["dispatch"]
+    if d["serialize"] != "auto":
+        return False
+    ex = cfg["executor"]
+    if ex["mode"] == "direct":
+        return not d.get("per_method")
+    return False  # fixed with threads: 1 is inline too, but still dispatches each step
+
+
+class Arms(unittest.TestCase):
+    def test_every_expected_arm_exists(self):
+        have = {os.path.basename(p)[:-5] for p in glob.glob(os.path.join(ARMS_DIR, "*.yaml"))}
+        missing = set(EXPECTED_ARMS) - have
+        self.assertFalse(missing, "missing arm files in config/arms: %s" % sorted(missing))
+
+    def run_arm(self, path):
+        cfg = effective_config(path)
+        arm = os.path.basename(path)[:-5]
+        merge = bool(cfg["dispatch"]["merge_lookup_and_start"])
+        coalesce = bool(cfg["dispatch"]["coalesce_end_stream"])
+        k = 6 - merge - coalesce
+        mode = cfg["executor"]["mode"]
+        flush = cfg["transport"]["flush"]
+        inline = uses_inline_runner(cfg)
+
+        with Daemon(config=path) as d:
+            m0 = d.metrics()
+            info = m0.series("echod_build_info")
+            self.assertEqual(len(info), 1, info)
+            labels = info[0][0]
+            self.assertEqual(labels.get("arm"), cfg["arm"])
+            self.assertEqual(labels.get("executor"), mode)
+            self.assertEqual(labels.get("flush"), flush)
+            self.assertEqual(labels.get("serialize"), cfg["dispatch"]["serialize"])
+            self.assertEqual(labels.get("merge_lookup_and_start"), str(merge).lower())
+            self.assertEqual(labels.get("coalesce_end_stream"), str(coalesce).lower())
+
+            # 1. N sequential unary calls on one channel.
+            ch = d.channel()
+            grpc.channel_ready_future(ch).result(timeout=T)
+            stub = EchoStub(ch)
+            m0 = d.metrics()
+            for i in range(N):
+                self.assertEqual(stub.UnaryEcho("%s-%d" % (arm, i), timeout=T), "%s-%d" % (arm, i))
+            m1 = d.wait_metrics(
+                lambda m: metric_delta(m, m0, "echod_call_steps_total", step="closed") >= N
+                and m.metric("echod_calls_in_flight") == 0, what="%d closed steps" % N)
+
+            def steps(step):
+                return metric_delta(m1, m0, "echod_call_steps_total", step=step)
+
+            total = metric_delta(m1, m0, "echod_call_steps_total")
+            detail = {s: steps(s) for s in ("method_lookup", "start_call", "lookup_and_start",
+                                            "on_ready", "messages_available", "half_closed",
+                                            "messages_and_half_close", "closed")}
+            self.assertEqual(total, k * N, "%s: steps %r, expected %d per call" % (arm, detail, k))
+            if merge:
+                self.assertEqual((detail["lookup_and_start"], detail["method_lookup"],
+                                  detail["start_call"]), (N, 0, 0), detail)
+            else:
+                self.assertEqual((detail["lookup_and_start"], detail["method_lookup"],
+                                  detail["start_call"]), (0, N, N), detail)
+            if coalesce:
+                self.assertEqual((detail["messages_and_half_close"], detail["messages_available"],
+                                  detail["half_closed"]), (N, 0, 0), detail)
+            else:
+                self.assertEqual((detail["messages_and_half_close"], detail["messages_available"],
+                                  detail["half_closed"]), (0, N, N), detail)
+            self.assertEqual((detail["on_ready"], detail["closed"]), (N, N), detail)
+
+            dispatches = metric_delta(m1, m0, "echod_executor_dispatches_total")
+            loop_tasks = metric_delta(m1, m0, "echod_loop_tasks_total")
+            self.assertTrue(m1.has("echod_executor_dispatches_total") or inline,
+                            "no echod_executor_dispatches_total in /metrics")
+            if inline:
+                self.assertEqual(dispatches, 0, "%s: inline runner but %d dispatches" % (arm, dispatches))
+                self.assertEqual(loop_tasks, 0, "%s: direct but %d loop tasks" % (arm, loop_tasks))
+                self.assertGreater(metric_delta(m1, m0, "echod_inline_runs_total"), 0)
+            else:
+                self.assertGreaterEqual(dispatches, N, "%s: %d dispatches for %d calls" % (arm, dispatches, N))
+                self.assertLessEqual(dispatches, k * N, "%s: %d dispatches for %d calls" % (arm, dispatches, N))
+            if mode == "direct":
+                self.assertEqual(loop_tasks, 0, "%s: direct executor but loop tasks" % arm)
+            else:
+                self.assertGreater(loop_tasks, 0, "%s: pool executor without loop tasks" % arm)
+
+            def flushes(trigger):
+                return metric_delta(m1, m0, "echod_flushes_total", trigger=trigger)
+
+            fl = {t: flushes(t) for t in ("loop_tail", "read_complete", "immediate", "loop_task")}
+            if mode == "direct":
+                self.assertEqual(fl["loop_task"], 0, "%s: flushes %r" % (arm, fl))
+                self.assertGreater(fl[flush], 0, "%s: flushes %r" % (arm, fl))
+                if flush == "loop_tail":
+                    self.assertEqual((fl["read_complete"], fl["immediate"]), (0, 0),
+                                     "%s: flushes %r" % (arm, fl))
+                if flush == "read_complete":
+                    self.assertEqual(fl["immediate"], 0, "%s: flushes %r" % (arm, fl))
+            else:
+                self.assertGreater(fl["loop_task"], 0, "%s: flushes %r" % (arm, fl))
+            lbl = dict(grpc_service=SERVICE, grpc_method="UnaryEcho", grpc_type="unary")
+            self.assertEqual(metric_delta(m1, m0, "grpc_server_handled_total", grpc_code="OK", **lbl), N)
+            print("\n  %s: per unary call (grpcio, sequential): %.2f steps, %.2f dispatches, "
+                  "%.2f loop tasks, flushes %s" % (
+                      arm, total / N, dispatches / N, loop_tasks / N,
+                      ", ".join("%s=%.2f" % (t, v / N) for t, v in fl.items() if v)))
+
+            # 2. h2load over 4 connections.
+            if shutil.which("h2load"):
+                res, out = h2load(d.grpc_port, N_H2LOAD, clients=4, streams=8, timeout=300 * SLOW)
+                self.assertEqual((res["succeeded"], res["failed"], res["errored"]),
+                                 (N_H2LOAD, 0, 0), out)
+                m2 = d.wait_metrics(
+                    lambda m: metric_delta(m, m1, "echod_call_steps_total", step="closed") >= N_H2LOAD
+                    and m.metric("echod_calls_in_flight") == 0, what="h2load calls closed")
+                self.assertEqual(metric_delta(m2, m1, "echod_call_steps_total"), k * N_H2LOAD)
+                self.assertEqual(metric_delta(m2, m1, "grpc_server_handled_total", grpc_code="OK"),
+                                 N_H2LOAD)
+                d2 = metric_delta(m2, m1, "echod_executor_dispatches_total")
+                fl2 = {t: metric_delta(m2, m1, "echod_flushes_total", trigger=t)
+                       for t in ("loop_tail", "read_complete", "immediate", "loop_task")}
+                print("  %s: per unary call (h2load -c 4 -m 8): %.2f dispatches, %.2f loop tasks, "
+                      "flushes %s" % (arm, d2 / N_H2LOAD,
+                                      metric_delta(m2, m1, "echod_loop_tasks_total") / N_H2LOAD,
+                                      ", ".join("%s=%.3f" % (t, v / N_H2LOAD)
+                                                for t, v in fl2.items() if v)))
+                if inline:
+                    self.assertEqual(d2, 0)
+                else:
+                    self.assertGreaterEqual(d2, N_H2LOAD)
+                    self.assertLessEqual(d2, k * N_H2LOAD)
+            else:
+                m2 = m1
+
+            # 3. bidi: several connections, several streams each, order checked.
+            channels = [d.channel() for _ in range(BIDI_CONNS)]
+            try:
+                stubs = [EchoStub(c) for c in channels]
+
+                def one(idx):
+                    s = stubs[idx // BIDI_STREAMS]
+                    msgs = ["%s-c%d-s%d-%d" % (arm, idx // BIDI_STREAMS, idx % BIDI_STREAMS, j)
+                            for j in range(BIDI_MSGS)]
+                    got = list(s.BidirectionalStreamingEcho(iter(msgs), timeout=T))
+                    return got == msgs, len(got)
+
+                with concurrent.futures.ThreadPoolExecutor(BIDI_CONNS * BIDI_STREAMS) as ex:
+                    results = list(ex.map(one, range(BIDI_CONNS * BIDI_STREAMS)))
+                self.assertTrue(all(ok for ok, _ in results), "%s: bidi out of order or short: %r"
+                                % (arm, results))
+            finally:
+                for c in channels:
+                    c.close()
+            ch.close()
+            nb = BIDI_CONNS * BIDI_STREAMS
+            m3 = d.wait_metrics(lambda m: m.metric("echod_calls_in_flight") == 0
+                                and metric_delta(m, m2, "grpc_server_handled_total") >= nb,
+                                what="bidi calls done")
+            blbl = dict(grpc_service=SERVICE, grpc_method="BidirectionalStreamingEcho")
+            self.assertEqual(metric_delta(m3, m2, "grpc_server_handled_total", grpc_code="OK", **blbl), nb)
+            self.assertEqual(metric_delta(m3, m2, "grpc_server_msg_received_total", **blbl), nb * BIDI_MSGS)
+            self.assertEqual(metric_delta(m3, m2, "grpc_server_msg_sent_total", **blbl), nb * BIDI_MSGS)
+            self.assertEqual(metric_delta(m3, m2, "echod_call_steps_total", step="closed"), nb)
+            if cfg["dispatch"].get("per_method"):
+                used = {l.get("executor") for l, v in m3.series("echod_executor_dispatches_total") if v > 0}
+                self.assertGreaterEqual(len(used), 2, "%s: per-method executor never dispatched: %r"
+                                        % (arm, m3.series("echod_executor_dispatches_total")))
+
+
+def _make_test(path):
+    def test(self):
+        self.run_arm(path)
+    test.__doc__ = "arm %s" % os.path.basename(path)
+    return test
+
+
+for _path in sorted(glob.glob(os.path.join(ARMS_DIR, "*.yaml"))):
+    setattr(Arms, "test_arm_" + os.path.basename(_path)[:-5].replace("-", "_"), _make_test(_path))
+
+
+if __name__ == "__main__":
+    main()

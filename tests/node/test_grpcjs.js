@@ -1,0 +1,266 @@
+// echod against @grpc/grpc-js: unary and a 1000-message bidi stream, proto loaded at run time
+// from proto/echo.proto with @grpc/proto-loader. Starts its own daemon on free ports.
+//
+//   ECHOD_BIN=build/daemon/echod node tests/node/test_grpcjs.js
+//
+// Exit 77 (meson: skipped) when node_modules is missing (run `npm ci` in tests/node first).
+'use strict';
+
+const fs = require('fs');
+const path = require('path');
+
+const here = __dirname;
+if (!fs.existsSync(path.join(here, 'node_modules', '@grpc', 'grpc-js'))) {
+  console.log('tests/node/node_modules missing: run `npm ci` in tests/node; skipping');
+  process.exit(77);
+}
+
+const { spawn } = require('child_process');
+const http = require('http');
+const net = require('net');
+const os = require('os');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+
+const ROOT = process.env.ECHOD_SOURCE_ROOT || path.resolve(here, '..', '..');
+const ECHOD_BIN = process.env.ECHOD_BIN || path.join(ROOT, 'build', 'daemon', 'echod');
+const SLOW = process.env.ECHOD_SANITIZER ? 4 : 1;
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function httpGet(port, urlPath) {
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host: '127.0.0.1', port, path: urlPath, timeout: 2000 }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => { body += c; });
+      res.on('end', () => resolve({ status: res.statusCode, body }));
+    });
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+  });
+}
+
+function tcpConnect(port) {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1');
+    s.on('connect', () => { s.destroy(); resolve(true); });
+    s.on('error', () => resolve(false));
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+class Daemon {
+  async start() {
+    this.grpcPort = await freePort();
+    this.adminPort = await freePort();
+    this.logPath = path.join(os.tmpdir(), `echod-grpcjs-${process.pid}.log`);
+    const log = fs.openSync(this.logPath, 'w');
+    this.proc = spawn(ECHOD_BIN, [
+      '--set', `listen.grpc=127.0.0.1:${this.grpcPort}`,
+      '--set', `listen.admin=127.0.0.1:${this.adminPort}`,
+    ], { cwd: ROOT, stdio: ['ignore', log, log] });
+    fs.closeSync(log);
+    this.exited = null;
+    this.proc.on('exit', (code, signal) => { this.exited = { code, signal }; });
+    const deadline = Date.now() + 20000 * SLOW;
+    while (Date.now() < deadline) {
+      if (this.exited) throw new Error(`echod exited early: ${JSON.stringify(this.exited)}\n${this.log()}`);
+      try {
+        const r = await httpGet(this.adminPort, '/healthz');
+        if (r.status === 200 && await tcpConnect(this.grpcPort)) return this;
+      } catch (e) { /* not up yet */ }
+      await sleep(20);
+    }
+    throw new Error(`echod not ready\n${this.log()}`);
+  }
+
+  log() {
+    try { return fs.readFileSync(this.logPath, 'utf8'); } catch (e) { return ''; }
+  }
+
+  async stop() {
+    if (!this.exited) {
+      this.proc.kill('SIGTERM');
+      const deadline = Date.now() + 30000 * SLOW;
+      while (!this.exited && Date.now() < deadline) await sleep(20);
+      if (!this.exited) {
+        this.proc.kill('SIGKILL');
+        throw new Error(`echod did not exit after SIGTERM\n${this.log()}`);
+      }
+    }
+    const text = this.log();
+    if (this.exited.code !== 0 || /Sanitizer|runtime error:/.test(text)) {
+      throw new Error(`echod exited with ${JSON.stringify(this.exited)}\n${text}`);
+    }
+  }
+
+  async metric(name, labels) {
+    const r = await httpGet(this.adminPort, '/metrics');
+    let sum = 0;
+    for (const line of r.body.split('\n')) {
+      if (!line.startsWith(name + '{') && !line.startsWith(name + ' ')) continue;
+      if (labels && !Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue;
+      sum += Number(line.trim().split(/\s+/).pop());
+    }
+    return sum;
+  }
+}
+
+function loadEcho() {
+  const def = protoLoader.loadSync(path.join(ROOT, 'proto', 'echo.proto'), {
+    keepCase: true, longs: String, enums: String, defaults: true, oneofs: true,
+  });
+  return grpc.loadPackageDefinition(def).grpc.examples.echo.Echo;
+}
+
+function deadline(seconds) {
+  return new Date(Date.now() + seconds * 1000 * SLOW);
+}
+
+const tests = [];
+function test(name, fn) { tests.push({ name, fn }); }
+
+function assertEqual(a, b, what) {
+  const ja = JSON.stringify(a);
+  const jb = JSON.stringify(b);
+  if (ja !== jb) throw new Error(`${what || 'value'}: got ${ja.slice(0, 300)}, want ${jb.slice(0, 300)}`);
+}
+
+test('unary', async ({ client }) => {
+  const resp = await new Promise((resolve, reject) => {
+    client.UnaryEcho({ message: 'hello from grpc-js' }, { deadline: deadline(30) },
+      (err, r) => (err ? reject(err) : resolve(r)));
+  });
+  assertEqual(resp.message, 'hello from grpc-js', 'unary response');
+});
+
+test('unary 100 concurrent', async ({ client }) => {
+  const calls = [];
+  for (let i = 0; i < 100; i++) {
+    calls.push(new Promise((resolve, reject) => {
+      client.UnaryEcho({ message: `c${i}` }, { deadline: deadline(30) },
+        (err, r) => (err ? reject(err) : resolve(r.message)));
+    }));
+  }
+  const got = await Promise.all(calls);
+  assertEqual(got, Array.from({ length: 100 }, (_, i) => `c${i}`), 'responses');
+});
+
+test('server streaming', async ({ client }) => {
+  const got = await new Promise((resolve, reject) => {
+    const out = [];
+    const call = client.ServerStreamingEcho({ message: 'again' }, { deadline: deadline(30) });
+    call.on('data', (r) => out.push(r.message));
+    call.on('error', reject);
+    call.on('end', () => resolve(out));
+  });
+  assertEqual(got, Array(10).fill('again'), 'server streaming');
+});
+
+test('client streaming', async ({ client }) => {
+  const resp = await new Promise((resolve, reject) => {
+    const call = client.ClientStreamingEcho({ deadline: deadline(30) },
+      (err, r) => (err ? reject(err) : resolve(r)));
+    for (const m of ['a', 'b', 'c']) call.write({ message: m });
+    call.end();
+  });
+  assertEqual(resp.message, 'abc', 'client streaming');
+});
+
+test('bidi 1000 messages in order', async ({ client }) => {
+  const want = Array.from({ length: 1000 }, (_, i) => `msg-${i}`);
+  const got = await new Promise((resolve, reject) => {
+    const out = [];
+    const call = client.BidirectionalStreamingEcho({ deadline: deadline(60) });
+    call.on('data', (r) => out.push(r.message));
+    call.on('error', reject);
+    call.on('status', (s) => { if (s.code !== grpc.status.OK) reject(new Error(`status ${s.code}`)); });
+    call.on('end', () => resolve(out));
+    for (const m of want) call.write({ message: m });
+    call.end();
+  });
+  assertEqual(got.length, 1000, 'count');
+  assertEqual(got, want, 'order');
+});
+
+test('unknown method is UNIMPLEMENTED', async ({ daemon }) => {
+  const c = new grpc.Client(`127.0.0.1:${daemon.grpcPort}`, grpc.credentials.createInsecure());
+  try {
+    const err = await new Promise((resolve) => {
+      c.makeUnaryRequest('/grpc.examples.echo.Echo/Nope', (x) => x, (x) => x, Buffer.alloc(0),
+        { deadline: deadline(30) }, (e) => resolve(e));
+    });
+    if (!err) throw new Error('call succeeded');
+    assertEqual(err.code, grpc.status.UNIMPLEMENTED, 'status');
+  } finally {
+    c.close();
+  }
+});
+
+test('metrics count the calls', async ({ daemon }) => {
+  const lbl = { grpc_method: 'UnaryEcho', grpc_code: 'OK' };
+  const want = 101;
+  const stop = Date.now() + 10000 * SLOW;
+  let n = 0;
+  while (Date.now() < stop) {
+    n = await daemon.metric('grpc_server_handled_total', lbl);
+    if (n >= want) break;
+    await sleep(20);
+  }
+  assertEqual(n, want, 'grpc_server_handled_total{UnaryEcho,OK}');
+  assertEqual(await daemon.metric('grpc_server_handled_total',
+    { grpc_method: 'BidirectionalStreamingEcho', grpc_code: 'OK' }), 1, 'bidi handled');
+});
+
+async function main() {
+  let passed = 0;
+  let failed = 0;
+  let daemon;
+  let client;
+  try {
+    daemon = await new Daemon().start();
+    const Echo = loadEcho();
+    client = new Echo(`127.0.0.1:${daemon.grpcPort}`, grpc.credentials.createInsecure());
+    for (const t of tests) {
+      try {
+        await t.fn({ client, daemon });
+        passed++;
+        console.log(`ok - ${t.name}`);
+      } catch (e) {
+        failed++;
+        console.log(`FAIL - ${t.name}: ${e && e.stack ? e.stack : e}`);
+      }
+    }
+  } catch (e) {
+    failed++;
+    console.log(`FAIL - setup: ${e && e.stack ? e.stack : e}`);
+  } finally {
+    if (client) client.close();
+    if (daemon) {
+      try {
+        await daemon.stop();
+      } catch (e) {
+        failed++;
+        console.log(`FAIL - shutdown: ${e.message}`);
+      }
+      if (failed) console.log(`---- echod log ----\n${daemon.log()}`);
+      try { fs.unlinkSync(daemon.logPath); } catch (e) { /* gone */ }
+    }
+  }
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+main();
