@@ -143,6 +143,10 @@ static void step_run(echod_step_t *step)
     echod_step_kind_t kind = cs->kind;
     echod_msg_t *msg = cs->msg;
     free(cs);
+    if (echod_loop_current() == call->loop)
+        ECHOD_COUNT(echod_metrics.step_runs_loop);
+    else
+        ECHOD_COUNT(echod_metrics.step_runs_worker);
 
     switch (kind) {
     case ECHOD_STEP_METHOD_LOOKUP:

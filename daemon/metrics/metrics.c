@@ -373,6 +373,9 @@ static void render_dispatch(mbuf_t *b)
 
     family(b, "echod_inline_runs_total", "counter", "Steps run at once by the inline runner (no dispatch).");
     mbuf_printf(b, "echod_inline_runs_total %" PRIu64 "\n", load(&echod_metrics.inline_runs));
+    family(b, "echod_step_runs_total", "counter", "Steps run, by the kind of thread that ran them (loop or worker).");
+    mbuf_printf(b, "echod_step_runs_total{thread=\"loop\"} %" PRIu64 "\n", load(&echod_metrics.step_runs_loop));
+    mbuf_printf(b, "echod_step_runs_total{thread=\"worker\"} %" PRIu64 "\n", load(&echod_metrics.step_runs_worker));
 
     family(b, "echod_loop_tasks_total", "counter", "Work posted back to an I/O loop from another thread, by kind.");
     for (size_t i = 0; i < ECHOD_LOOP_TASK__COUNT; ++i)

@@ -61,6 +61,8 @@ typedef struct {
 typedef struct {
     _Atomic uint64_t steps[ECHOD_STEP__COUNT];
     _Atomic uint64_t inline_runs;
+    _Atomic uint64_t step_runs_loop;   /* steps that ran on an I/O loop thread */
+    _Atomic uint64_t step_runs_worker; /* steps that ran on an executor worker */
     _Atomic uint64_t loop_tasks[ECHOD_LOOP_TASK__COUNT];
     _Atomic uint64_t flushes[ECHOD_FLUSH_TRIGGER__COUNT];
     echod_histogram_t flush_frames;

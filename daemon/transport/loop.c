@@ -203,6 +203,9 @@ void echod_loop_join(echod_loop_t *loop)
     h2o_multithread_unregister_receiver(loop->queue, &loop->tasks);
     h2o_multithread_unregister_receiver(loop->queue, &loop->control);
     h2o_multithread_destroy_queue(loop->queue);
+    /* 2.2.5's destroy_queue neither frees the queue nor runs the deferred socket close */
+    h2o_evloop_run(loop->evloop, 0);
+    free(loop->queue);
     h2o_timeout_dispose(loop->evloop, &loop->tail);
     h2o_timeout_dispose(loop->evloop, &loop->deadlines);
     h2o_timeout_dispose(loop->evloop, &loop->tick);
