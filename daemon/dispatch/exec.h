@@ -16,14 +16,15 @@ typedef struct echod_task echod_task_t;
 struct echod_task {
     echod_task_t *next; /* executor-private link while queued */
     void (*run)(echod_task_t *task);
-    uint64_t enqueued_ns; /* set by the executor at submit; used for the queue-wait histogram */
+    uint64_t enqueued_ns; /* set by the executor at submit (not by direct); for the queue-wait histogram */
 };
 
 typedef struct echod_exec echod_exec_t;
 
 /*
  * Creates an executor. `name` is used for thread names ("echod-fixed-3": name + index, at most
- * 15 chars as Linux allows). `direct` creates no threads and runs tasks inside submit.
+ * 15 chars as Linux allows; a long name is cut so the index survives; NULL: "echod-<mode>").
+ * `direct` creates no threads and runs tasks inside submit.
  * Returns NULL and fills err on failure (thread creation, bad parameters).
  */
 echod_exec_t *echod_exec_create(const echod_exec_config_t *cfg, const char *name, char *err, size_t errlen);
@@ -31,10 +32,23 @@ echod_exec_t *echod_exec_create(const echod_exec_config_t *cfg, const char *name
 /* Runs task->run(task) exactly once, now (direct) or later on a worker thread. */
 void echod_exec_submit(echod_exec_t *exec, echod_task_t *task);
 
+/*
+ * Optional: on_start(ctx, wait_ns) is called on the worker just before each task runs, with
+ * the nanoseconds the task spent queued (now minus enqueued_ns), for the queue-wait histogram.
+ * It runs on every task's hot path, so keep it to a few atomics. Set it on the main thread
+ * after create and before the first submit; it is never changed afterwards. `direct` never
+ * calls it (nothing waits) and does not stamp enqueued_ns either, to keep the floor arm free
+ * of clock reads.
+ */
+void echod_exec_set_observer(echod_exec_t *exec, void (*on_start)(void *ctx, uint64_t wait_ns), void *ctx);
+
 /* True for `direct`: submit runs the task on the calling thread before returning. */
 int echod_exec_is_direct(const echod_exec_t *exec);
 
-/* True when tasks run one at a time in FIFO order (direct, or fixed with 1 thread). */
+/*
+ * True when tasks run one at a time in FIFO order: direct, or fixed with 1 thread (also when
+ * `threads: 0` resolved to 1 CPU).
+ */
 int echod_exec_is_sequential(const echod_exec_t *exec);
 
 echod_exec_mode_t echod_exec_mode(const echod_exec_t *exec);
@@ -47,11 +61,15 @@ unsigned echod_exec_busy_threads(const echod_exec_t *exec);
 
 /*
  * Stops accepting work, runs every task already queued, joins every thread, frees. Tasks
- * submitted during shutdown (by running tasks) are still run. Main thread only.
+ * submitted during shutdown (by running tasks) are still run. Main thread only; once it has
+ * begun, a submit from a thread that is not an executor worker is a programming error (assert).
  */
 void echod_exec_destroy(echod_exec_t *exec);
 
-/* CPUs this process may use: cgroup v2 cpu.max quota rounded up, else the affinity mask. */
+/*
+ * CPUs this process may use: the cgroup v2 cpu.max quota rounded up (the tightest one from our
+ * cgroup up to the root), capped by the affinity mask; the mask alone without a quota. At least 1.
+ */
 unsigned echod_exec_available_cpus(void);
 
 /* True when the calling thread is a worker of any echod executor (for tests and metrics). */

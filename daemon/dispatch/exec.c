@@ -1,0 +1,310 @@
+/*
+ * The executor front: mode selection, the `direct` executor (which is nothing but a call), and
+ * what every pooled mode shares: thread start-up and naming, the worker marker, gauges, and the
+ * CPU count that `threads: 0` resolves to.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "dispatch/exec_internal.h"
+
+/* Which executor the calling thread works for; NULL on every thread that is not a worker. */
+static _Thread_local echod_exec_t *current_exec;
+
+void echod_exec__set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+void *echod_exec__alloc_lines(size_t size)
+{
+    size_t rounded = (size + ECHOD_EXEC_CACHE_LINE - 1) / ECHOD_EXEC_CACHE_LINE * ECHOD_EXEC_CACHE_LINE;
+    void *p = aligned_alloc(ECHOD_EXEC_CACHE_LINE, rounded);
+    if (p != NULL)
+        memset(p, 0, rounded);
+    return p;
+}
+
+void echod_exec__init(echod_exec_t *exec, const echod_exec_ops_t *ops, echod_exec_mode_t mode, const char *name)
+{
+    exec->ops = ops;
+    exec->mode = mode;
+    exec->sequential = 0;
+    exec->on_start = NULL;
+    exec->on_start_ctx = NULL;
+    atomic_init(&exec->stopping, 0);
+    atomic_init(&exec->threads, 0);
+    if (name != NULL)
+        snprintf(exec->name, sizeof(exec->name), "%s", name);
+    else
+        snprintf(exec->name, sizeof(exec->name), "echod-%s", echod_exec_mode_name(mode));
+}
+
+echod_exec_t *echod_exec_create(const echod_exec_config_t *cfg, const char *name, char *err, size_t errlen)
+{
+    unsigned threads = cfg->threads;
+    if (threads == 0 && (cfg->mode == ECHOD_EXEC_FIXED || cfg->mode == ECHOD_EXEC_WORKSTEALING))
+        threads = echod_exec_available_cpus();
+
+    switch (cfg->mode) {
+    case ECHOD_EXEC_DIRECT: {
+        echod_exec_t *exec = malloc(sizeof(*exec));
+        if (exec == NULL) {
+            echod_exec__set_err(err, errlen, "executor: out of memory");
+            return NULL;
+        }
+        echod_exec__init(exec, NULL, ECHOD_EXEC_DIRECT, name);
+        exec->sequential = 1;
+        return exec;
+    }
+    case ECHOD_EXEC_FIXED:
+    case ECHOD_EXEC_WORKSTEALING:
+        if (threads > ECHOD_EXEC_MAX_THREADS) {
+            echod_exec__set_err(err, errlen, "executor: threads %u is above the limit of %u", threads,
+                                ECHOD_EXEC_MAX_THREADS);
+            return NULL;
+        }
+        return cfg->mode == ECHOD_EXEC_FIXED ? echod_exec__fixed_create(name, threads, err, errlen)
+                                             : echod_exec__workstealing_create(name, threads, err, errlen);
+    case ECHOD_EXEC_CACHED:
+        return echod_exec__cached_create(name, cfg->max_threads, cfg->keep_alive_ms, err, errlen);
+    }
+    echod_exec__set_err(err, errlen, "executor: unknown mode %d", (int)cfg->mode);
+    return NULL;
+}
+
+void echod_exec_submit(echod_exec_t *exec, echod_task_t *task)
+{
+    /* direct is the floor every other arm is measured against: no clock read, no indirection. */
+    if (exec->ops == NULL) {
+        task->run(task);
+        return;
+    }
+    /* Once destroy has begun only running tasks may add work: anyone else would race the free. */
+    assert(!atomic_load_explicit(&exec->stopping, memory_order_relaxed) || current_exec != NULL);
+    task->enqueued_ns = echod_now_ns();
+    exec->ops->submit(exec, task);
+}
+
+void echod_exec_set_observer(echod_exec_t *exec, void (*on_start)(void *ctx, uint64_t wait_ns), void *ctx)
+{
+    exec->on_start = on_start;
+    exec->on_start_ctx = ctx;
+}
+
+int echod_exec_is_direct(const echod_exec_t *exec)
+{
+    return exec->mode == ECHOD_EXEC_DIRECT;
+}
+
+int echod_exec_is_sequential(const echod_exec_t *exec)
+{
+    return exec->sequential;
+}
+
+echod_exec_mode_t echod_exec_mode(const echod_exec_t *exec)
+{
+    return exec->mode;
+}
+
+const char *echod_exec_name(const echod_exec_t *exec)
+{
+    return exec->name;
+}
+
+unsigned echod_exec_queue_depth(const echod_exec_t *exec)
+{
+    return exec->ops != NULL ? exec->ops->queue_depth(exec) : 0;
+}
+
+unsigned echod_exec_threads(const echod_exec_t *exec)
+{
+    return atomic_load_explicit(&exec->threads, memory_order_relaxed);
+}
+
+unsigned echod_exec_busy_threads(const echod_exec_t *exec)
+{
+    return exec->ops != NULL ? exec->ops->busy_threads(exec) : 0;
+}
+
+void echod_exec_destroy(echod_exec_t *exec)
+{
+    if (exec == NULL)
+        return;
+    if (exec->ops == NULL) {
+        free(exec);
+        return;
+    }
+    atomic_store_explicit(&exec->stopping, 1, memory_order_relaxed);
+    exec->ops->destroy(exec);
+}
+
+int echod_exec_on_worker(void)
+{
+    return current_exec != NULL;
+}
+
+echod_exec_t *echod_exec__current(void)
+{
+    return current_exec;
+}
+
+echod_exec_t *echod_exec__swap_current(echod_exec_t *exec)
+{
+    echod_exec_t *prev = current_exec;
+    current_exec = exec;
+    return prev;
+}
+
+int echod_exec__start_thread(pthread_t *tid, void *(*fn)(void *), void *arg)
+{
+    pthread_attr_t attr;
+    sigset_t all;
+    int ret;
+
+    if ((ret = pthread_attr_init(&attr)) != 0)
+        return ret;
+    sigfillset(&all);
+    if ((ret = pthread_attr_setsigmask_np(&attr, &all)) == 0)
+        ret = pthread_create(tid, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    return ret;
+}
+
+void echod_exec__thread_name(char *buf, size_t cap, const char *name, unsigned index)
+{
+    char suffix[16];
+    int slen = snprintf(suffix, sizeof(suffix), "-%u", index);
+    size_t limit = cap - 1 < 15 ? cap - 1 : 15;
+    size_t keep = strlen(name);
+    if (keep + (size_t)slen > limit)
+        keep = limit > (size_t)slen ? limit - (size_t)slen : 0;
+    snprintf(buf, cap, "%.*s%s", (int)keep, name, suffix);
+}
+
+void echod_exec__worker_enter(echod_exec_t *exec, unsigned index)
+{
+    char tname[16];
+    echod_exec__thread_name(tname, sizeof(tname), exec->name, index);
+    /* Naming is cosmetic (top -H, perf); a failure must not stop the worker. */
+    (void)pthread_setname_np(pthread_self(), tname);
+    current_exec = exec;
+    atomic_fetch_add_explicit(&exec->threads, 1, memory_order_relaxed);
+}
+
+void echod_exec__worker_leave(echod_exec_t *exec)
+{
+    atomic_fetch_sub_explicit(&exec->threads, 1, memory_order_relaxed);
+    current_exec = NULL;
+}
+
+int echod_exec__parse_cpu_max(const char *text, unsigned *cpus)
+{
+    unsigned long long quota, period;
+    char *end;
+
+    while (*text == ' ' || *text == '\t')
+        text++;
+    if (strncmp(text, "max", 3) == 0 && (text[3] == ' ' || text[3] == '\n' || text[3] == '\0'))
+        return 0;
+    errno = 0;
+    quota = strtoull(text, &end, 10);
+    if (end == text || errno != 0 || *end != ' ')
+        return -1;
+    text = end + 1;
+    period = strtoull(text, &end, 10);
+    if (end == text || errno != 0 || (*end != '\n' && *end != '\0') || period == 0 || quota == 0)
+        return -1;
+    unsigned long long n = (quota + period - 1) / period;
+    *cpus = n > ECHOD_EXEC_MAX_THREADS ? ECHOD_EXEC_MAX_THREADS : (unsigned)n;
+    return 1;
+}
+
+/* The quota of one cgroup directory: 1 and *cpus if limited, 0 if not or unreadable. */
+static int cgroup_dir_quota(const char *dir, unsigned *cpus)
+{
+    char path[4160], text[128];
+    snprintf(path, sizeof(path), "%s/cpu.max", dir);
+    FILE *fp = fopen(path, "re");
+    if (fp == NULL)
+        return 0;
+    int ok = fgets(text, sizeof(text), fp) != NULL;
+    fclose(fp);
+    return ok && echod_exec__parse_cpu_max(text, cpus) == 1;
+}
+
+/*
+ * The tightest cpu.max on the way from our own cgroup up to the mount root: a limit set on a
+ * parent (the pod) binds a child (the container) that says "max". Inside a cgroup namespace
+ * our cgroup is "/" and this reads /sys/fs/cgroup/cpu.max alone. 0 means no quota anywhere.
+ */
+static unsigned cgroup_quota_cpus(void)
+{
+    char line[4096], dir[4128];
+    const char *rel = "/";
+    FILE *fp = fopen("/proc/self/cgroup", "re");
+    if (fp != NULL) {
+        while (fgets(line, sizeof(line), fp) != NULL) {
+            if (strncmp(line, "0::", 3) == 0) {
+                line[strcspn(line, "\n")] = '\0';
+                /* A cgroup outside our namespace shows as "/../..": no usable path, use the root. */
+                if (line[3] == '/' && strstr(line, "/..") == NULL)
+                    rel = line + 3;
+                break;
+            }
+        }
+        fclose(fp);
+    }
+    snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s", strcmp(rel, "/") == 0 ? "" : rel);
+
+    unsigned best = 0, cpus;
+    for (;;) {
+        if (cgroup_dir_quota(dir, &cpus) && (best == 0 || cpus < best))
+            best = cpus;
+        char *slash = strrchr(dir, '/');
+        if (slash == NULL || (size_t)(slash - dir) < strlen("/sys/fs/cgroup"))
+            break;
+        *slash = '\0';
+    }
+    return best;
+}
+
+static unsigned affinity_cpus(void)
+{
+    /* cpu_set_t holds 1024 CPUs; grow until the kernel's mask fits. */
+    for (int n = 1024; n <= (1 << 16); n *= 2) {
+        cpu_set_t *set = CPU_ALLOC(n);
+        if (set == NULL)
+            return 0;
+        size_t size = CPU_ALLOC_SIZE(n);
+        if (sched_getaffinity(0, size, set) == 0) {
+            int count = CPU_COUNT_S(size, set);
+            CPU_FREE(set);
+            return count > 0 ? (unsigned)count : 0;
+        }
+        CPU_FREE(set);
+        if (errno != EINVAL)
+            return 0;
+    }
+    return 0;
+}
+
+unsigned echod_exec_available_cpus(void)
+{
+    /* Like the JVM's container support: a quota never grants more CPUs than we may run on. */
+    unsigned quota = cgroup_quota_cpus(), mask = affinity_cpus();
+    unsigned n = mask;
+    if (quota != 0 && (n == 0 || quota < n))
+        n = quota;
+    return n > 0 ? n : 1;
+}

@@ -1,0 +1,343 @@
+/*
+ * `cached`: newCachedThreadPool, grpc-java's default server executor. A ThreadPoolExecutor
+ * with no core threads over a SynchronousQueue: a submit hands the task straight to a thread
+ * that is parked waiting for work, and if none is, starts a new thread with the task as its
+ * first. A thread that finishes parks for keep_alive and exits if nothing was handed to it.
+ *
+ * Parked threads form a LIFO stack, as in the SynchronousQueue's default (non-fair) mode: the
+ * most recently parked thread gets the next task, so under a steady load a few hot threads do
+ * the work and the surplus ages out. With max_threads set (an echod extension; the JDK pool
+ * would reject) a submit that finds no parked thread and no room queues the task FIFO, and
+ * every thread empties that queue before it parks; so a task is never queued while a thread
+ * is parked.
+ *
+ * Threads are joinable but nobody waits for them while the pool runs: each exiting thread
+ * joins the one that exited before it (and frees its struct), so at most one exited thread is
+ * ever unjoined and destroy joins that last one. Every thread ever started is joined.
+ *
+ * Threading: submit from any thread. Everything but the gauges is guarded by `lock`; the
+ * gauges are atomics written under the lock and read without it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+#include "dispatch/exec_internal.h"
+
+typedef struct cached cached_t;
+typedef struct cached_worker cached_worker_t;
+
+struct cached_worker {
+    cached_t *pool;
+    pthread_t tid;
+    unsigned index;
+    echod_task_t *first;   /* set before the thread starts */
+    echod_task_t *handoff; /* given by a submit while parked */
+    int parked;            /* on the idle stack */
+    cached_worker_t *up;   /* idle stack links; `up` is towards the top */
+    cached_worker_t *down;
+    pthread_cond_t wake; /* CLOCK_MONOTONIC, for the keep-alive deadline */
+};
+
+struct cached {
+    echod_exec_t super;
+    _Alignas(ECHOD_EXEC_CACHE_LINE) pthread_mutex_t lock;
+    pthread_cond_t all_exited;
+    cached_worker_t *idle_top;
+    echod_task_t *head; /* overflow FIFO, only used at max_threads */
+    echod_task_t **tail;
+    unsigned alive;   /* started (or about to be) and not yet exited */
+    unsigned started; /* ever, for thread names */
+    unsigned max_threads;
+    uint64_t keep_alive_ns;
+    int stopping;
+    cached_worker_t *zombie; /* the last thread to exit; not joined yet */
+    _Atomic unsigned depth;
+    _Atomic unsigned alive_gauge;
+    _Atomic unsigned idle_gauge;
+};
+
+static void push_idle_locked(cached_t *c, cached_worker_t *w)
+{
+    w->parked = 1;
+    w->up = NULL;
+    w->down = c->idle_top;
+    if (c->idle_top != NULL)
+        c->idle_top->up = w;
+    c->idle_top = w;
+    atomic_fetch_add_explicit(&c->idle_gauge, 1, memory_order_relaxed);
+}
+
+static void remove_idle_locked(cached_t *c, cached_worker_t *w)
+{
+    if (w->up != NULL)
+        w->up->down = w->down;
+    else
+        c->idle_top = w->down;
+    if (w->down != NULL)
+        w->down->up = w->up;
+    w->up = w->down = NULL;
+    w->parked = 0;
+    atomic_fetch_sub_explicit(&c->idle_gauge, 1, memory_order_relaxed);
+}
+
+static echod_task_t *pop_locked(cached_t *c)
+{
+    echod_task_t *task = c->head;
+    if ((c->head = task->next) == NULL)
+        c->tail = &c->head;
+    atomic_fetch_sub_explicit(&c->depth, 1, memory_order_relaxed);
+    return task;
+}
+
+static void push_locked(cached_t *c, echod_task_t *task)
+{
+    task->next = NULL;
+    *c->tail = task;
+    c->tail = &task->next;
+    atomic_fetch_add_explicit(&c->depth, 1, memory_order_relaxed);
+}
+
+/* The SynchronousQueue offer: succeeds only if a thread is parked right now. */
+static int handoff_locked(cached_t *c, echod_task_t *task)
+{
+    cached_worker_t *w = c->idle_top;
+    if (w == NULL)
+        return 0;
+    remove_idle_locked(c, w);
+    w->handoff = task;
+    /* Under the lock: once we let go, w may run the task, time out, exit and be freed. */
+    pthread_cond_signal(&w->wake);
+    return 1;
+}
+
+/* What a thread runs next, or NULL when it should exit. Lock held throughout. */
+static echod_task_t *next_task_locked(cached_t *c, cached_worker_t *w)
+{
+    struct timespec deadline;
+    int armed = 0;
+
+    for (;;) {
+        if (c->head != NULL)
+            return pop_locked(c);
+        if (c->stopping)
+            return NULL;
+        if (!armed) {
+            clock_gettime(CLOCK_MONOTONIC, &deadline);
+            uint64_t ns = (uint64_t)deadline.tv_nsec + c->keep_alive_ns % 1000000000u;
+            deadline.tv_sec += (time_t)(c->keep_alive_ns / 1000000000u + ns / 1000000000u);
+            deadline.tv_nsec = (long)(ns % 1000000000u);
+            armed = 1;
+        }
+        push_idle_locked(c, w);
+        int ret = 0;
+        while (w->parked && ret != ETIMEDOUT)
+            ret = pthread_cond_timedwait(&w->wake, &c->lock, &deadline);
+        if (w->handoff != NULL) {
+            echod_task_t *task = w->handoff;
+            w->handoff = NULL;
+            return task;
+        }
+        if (w->parked) {
+            /* keep_alive passed with nothing handed over: this thread is surplus. */
+            remove_idle_locked(c, w);
+            return NULL;
+        }
+        /* Unparked without a task: destroy began. Loop to empty the queue, then leave. */
+    }
+}
+
+static void free_worker(cached_worker_t *w)
+{
+    pthread_cond_destroy(&w->wake);
+    free(w);
+}
+
+static void *worker_main(void *arg)
+{
+    cached_worker_t *w = arg;
+    cached_t *c = w->pool;
+    echod_task_t *task = w->first;
+
+    /*
+     * Our own record of our id, for whoever joins us: it reaches them through the lock we exit
+     * under, whereas POSIX does not promise pthread_create has stored it before we run.
+     */
+    w->tid = pthread_self();
+    echod_exec__worker_enter(&c->super, w->index);
+    for (;;) {
+        echod_exec__run(&c->super, task);
+        pthread_mutex_lock(&c->lock);
+        if ((task = next_task_locked(c, w)) == NULL)
+            break;
+        pthread_mutex_unlock(&c->lock);
+    }
+    echod_exec__worker_leave(&c->super);
+    c->alive--;
+    atomic_store_explicit(&c->alive_gauge, c->alive, memory_order_relaxed);
+    cached_worker_t *prev = c->zombie;
+    c->zombie = w;
+    if (c->alive == 0 && c->stopping)
+        pthread_cond_signal(&c->all_exited);
+    pthread_mutex_unlock(&c->lock);
+
+    /* c may be gone from here on; prev has exited or is about to, so this join is short. */
+    if (prev != NULL) {
+        pthread_join(prev->tid, NULL);
+        free_worker(prev);
+    }
+    return NULL;
+}
+
+/* Starts a thread whose first task is `task`; 0 or an errno. */
+static int spawn(cached_t *c, echod_task_t *task, unsigned index)
+{
+    cached_worker_t *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return ENOMEM;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    w->pool = c;
+    w->index = index;
+    w->first = task;
+    pthread_t unused;
+    int ret = echod_exec__start_thread(&unused, worker_main, w);
+    if (ret != 0)
+        free_worker(w);
+    return ret;
+}
+
+static void cached_submit(echod_exec_t *exec, echod_task_t *task)
+{
+    cached_t *c = (cached_t *)exec;
+
+    pthread_mutex_lock(&c->lock);
+    /* During destroy only queue: the threads still running empty the queue before they exit. */
+    if (!c->stopping) {
+        if (handoff_locked(c, task)) {
+            pthread_mutex_unlock(&c->lock);
+            return;
+        }
+        if (c->max_threads == 0 || c->alive < c->max_threads) {
+            unsigned index = c->started++;
+            c->alive++;
+            atomic_store_explicit(&c->alive_gauge, c->alive, memory_order_relaxed);
+            /* Thread creation is slow; submitters to this pool should not queue behind it. */
+            pthread_mutex_unlock(&c->lock);
+            if (spawn(c, task, index) == 0)
+                return;
+            pthread_mutex_lock(&c->lock);
+            c->alive--;
+            atomic_store_explicit(&c->alive_gauge, c->alive, memory_order_relaxed);
+            /* No new thread: one may have parked meanwhile; failing that, queue for a live one. */
+            if (handoff_locked(c, task)) {
+                pthread_mutex_unlock(&c->lock);
+                return;
+            }
+            if (c->alive == 0 && !c->stopping) {
+                /* Nobody would ever take it: run it here (CallerRunsPolicy) rather than lose it. */
+                pthread_mutex_unlock(&c->lock);
+                echod_exec__run(&c->super, task);
+                return;
+            }
+            /* Destroy may be waiting for our reservation to go; it runs what is left in the queue. */
+            if (c->alive == 0)
+                pthread_cond_signal(&c->all_exited);
+        }
+    }
+    push_locked(c, task);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static unsigned cached_queue_depth(const echod_exec_t *exec)
+{
+    return atomic_load_explicit(&((const cached_t *)exec)->depth, memory_order_relaxed);
+}
+
+static unsigned cached_busy_threads(const echod_exec_t *exec)
+{
+    const cached_t *c = (const cached_t *)exec;
+    /* Alive and not parked; a thread between tasks counts as busy for that instant. */
+    unsigned alive = atomic_load_explicit(&c->alive_gauge, memory_order_relaxed);
+    unsigned idle = atomic_load_explicit(&c->idle_gauge, memory_order_relaxed);
+    return alive > idle ? alive - idle : 0;
+}
+
+static void cached_destroy(echod_exec_t *exec)
+{
+    cached_t *c = (cached_t *)exec;
+
+    pthread_mutex_lock(&c->lock);
+    c->stopping = 1;
+    while (c->idle_top != NULL) {
+        cached_worker_t *w = c->idle_top;
+        remove_idle_locked(c, w);
+        pthread_cond_signal(&w->wake);
+    }
+    while (c->alive > 0)
+        pthread_cond_wait(&c->all_exited, &c->lock);
+    cached_worker_t *last = c->zombie;
+    c->zombie = NULL;
+    pthread_mutex_unlock(&c->lock);
+    /* Joining the last thread to exit transitively joins all: each joined its predecessor. */
+    if (last != NULL) {
+        pthread_join(last->tid, NULL);
+        free_worker(last);
+    }
+
+    /*
+     * Threads leave only with an empty queue, so anything here was submitted during destroy by
+     * a worker of another executor after our last thread left. Run it rather than lose it.
+     */
+    echod_exec_t *prev = echod_exec__swap_current(&c->super);
+    pthread_mutex_lock(&c->lock);
+    while (c->head != NULL) {
+        echod_task_t *task = pop_locked(c);
+        pthread_mutex_unlock(&c->lock);
+        echod_exec__run(&c->super, task);
+        pthread_mutex_lock(&c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+    echod_exec__swap_current(prev);
+
+    pthread_cond_destroy(&c->all_exited);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static const echod_exec_ops_t cached_ops = {
+    .submit = cached_submit,
+    .destroy = cached_destroy,
+    .queue_depth = cached_queue_depth,
+    .busy_threads = cached_busy_threads,
+};
+
+echod_exec_t *echod_exec__cached_create(const char *name, unsigned max_threads, uint64_t keep_alive_ms, char *err,
+                                        size_t errlen)
+{
+    /* Past this the deadline arithmetic could overflow; nobody means a keep-alive of 500 years. */
+    if (keep_alive_ms > UINT64_C(1) << 44) {
+        echod_exec__set_err(err, errlen, "executor cached: keep_alive %llu ms is too large",
+                            (unsigned long long)keep_alive_ms);
+        return NULL;
+    }
+    cached_t *c = echod_exec__alloc_lines(sizeof(*c));
+    if (c == NULL) {
+        echod_exec__set_err(err, errlen, "executor cached: out of memory");
+        return NULL;
+    }
+    echod_exec__init(&c->super, &cached_ops, ECHOD_EXEC_CACHED, name);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->all_exited, NULL);
+    c->idle_top = NULL;
+    c->head = NULL;
+    c->tail = &c->head;
+    c->max_threads = max_threads;
+    c->keep_alive_ns = keep_alive_ms * 1000000u;
+    atomic_init(&c->depth, 0);
+    atomic_init(&c->alive_gauge, 0);
+    atomic_init(&c->idle_gauge, 0);
+    return &c->super;
+}

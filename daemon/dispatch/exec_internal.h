@@ -1,0 +1,109 @@
+/*
+ * What the executor modes share: the common header every executor starts with, the per-mode
+ * operations table, and the helpers worker threads use. Private to daemon/dispatch/exec*.c (and
+ * the unit test, which pokes at the cpu.max parser).
+ *
+ * Threading: the fields of echod_exec_t other than the atomics are written by create (and
+ * set_observer, before any submit) on the main thread and only read afterwards; every worker
+ * reaches them through a happens-before edge (pthread_create, or the queue lock a task passed
+ * through).
+ */
+#ifndef ECHOD_EXEC_INTERNAL_H
+#define ECHOD_EXEC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "dispatch/exec.h"
+#include "util/clock.h"
+
+/* Per-mode behaviour behind the public calls; direct has none (it never leaves exec.c). */
+typedef struct echod_exec_ops {
+    /* enqueued_ns is already stamped; the stop assertion already made. */
+    void (*submit)(echod_exec_t *exec, echod_task_t *task);
+    /* Stop, run everything queued, join every thread, free the whole executor. */
+    void (*destroy)(echod_exec_t *exec);
+    unsigned (*queue_depth)(const echod_exec_t *exec);
+    unsigned (*busy_threads)(const echod_exec_t *exec);
+} echod_exec_ops_t;
+
+/* Every mode's struct begins with this, so an echod_exec_t * converts to the mode's type. */
+struct echod_exec {
+    const echod_exec_ops_t *ops; /* NULL for direct */
+    echod_exec_mode_t mode;
+    int sequential;
+    void (*on_start)(void *ctx, uint64_t wait_ns);
+    void *on_start_ctx;
+    _Atomic int stopping;     /* set by destroy; only feeds the "submit after destroy" assertion */
+    _Atomic unsigned threads; /* workers between worker_enter and worker_leave */
+    char name[64];
+};
+
+/* Largest thread count create accepts for fixed/workstealing; more is surely a config typo. */
+#define ECHOD_EXEC_MAX_THREADS 4096
+
+/* Keeps a lock-guarded queue head and the lines its workers write apart. */
+#define ECHOD_EXEC_CACHE_LINE 64
+
+/* Writes one error line into err (which may be NULL). */
+void echod_exec__set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Zeroed memory aligned to, and a whole number of, cache lines (for structs with _Alignas members). */
+void *echod_exec__alloc_lines(size_t size);
+
+/* Fills the common header; name is copied (a NULL name becomes "echod-<mode>"). */
+void echod_exec__init(echod_exec_t *exec, const echod_exec_ops_t *ops, echod_exec_mode_t mode, const char *name);
+
+/*
+ * pthread_create with every signal blocked in the new thread, so process signals (SIGTERM,
+ * SIGINT, SIGPIPE) are only ever handled by the threads that expect them. Returns 0 or an errno.
+ */
+int echod_exec__start_thread(pthread_t *tid, void *(*fn)(void *), void *arg);
+
+/*
+ * First and last calls of every worker thread. enter names the thread "<name>-<index>" and
+ * marks it as a worker of exec (for echod_exec_on_worker and the carrier-local submit path of
+ * workstealing); both keep the threads gauge.
+ */
+void echod_exec__worker_enter(echod_exec_t *exec, unsigned index);
+void echod_exec__worker_leave(echod_exec_t *exec);
+
+/* The executor the calling thread works for, or NULL. */
+echod_exec_t *echod_exec__current(void);
+
+/*
+ * Makes the calling thread count as a worker of exec (NULL: of none); returns the previous
+ * value. Destroy uses it while it runs stragglers itself, so their own submits stay legal.
+ */
+echod_exec_t *echod_exec__swap_current(echod_exec_t *exec);
+
+/* "<name>-<index>" fitted into Linux's 15 characters; the name is cut, never the index. */
+void echod_exec__thread_name(char *buf, size_t cap, const char *name, unsigned index);
+
+/*
+ * Parses the contents of a cgroup v2 cpu.max file. Returns 1 and sets *cpus to the quota in
+ * whole CPUs rounded up, 0 for "max" (no quota), -1 if the text is not understood.
+ */
+int echod_exec__parse_cpu_max(const char *text, unsigned *cpus);
+
+/*
+ * Runs one dequeued task on a worker: reports the queue wait to the observer first, then calls
+ * run. The task is not touched after run() is called: run may free it or resubmit it.
+ */
+static inline void echod_exec__run(echod_exec_t *exec, echod_task_t *task)
+{
+    if (exec->on_start != NULL) {
+        uint64_t now = echod_now_ns(), then = task->enqueued_ns;
+        exec->on_start(exec->on_start_ctx, now > then ? now - then : 0);
+    }
+    task->run(task);
+}
+
+/* The mode constructors; threads is already resolved (never 0) where it matters. */
+echod_exec_t *echod_exec__fixed_create(const char *name, unsigned threads, char *err, size_t errlen);
+echod_exec_t *echod_exec__cached_create(const char *name, unsigned max_threads, uint64_t keep_alive_ms, char *err,
+                                        size_t errlen);
+echod_exec_t *echod_exec__workstealing_create(const char *name, unsigned threads, char *err, size_t errlen);
+
+#endif
