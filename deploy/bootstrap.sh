@@ -5,7 +5,8 @@
 #   deploy/bootstrap.sh build  install what is missing, build (release) into build/
 #   deploy/bootstrap.sh test   install (with the test tools), build, run the whole test suite in
 #                              build/ (release), then again in build-asan/ (AddressSanitizer +
-#                              UndefinedBehaviorSanitizer) and build-tsan/ (ThreadSanitizer)
+#                              UndefinedBehaviorSanitizer) and build-tsan/ (ThreadSanitizer);
+#                              tests/lsan.supp and tests/tsan.supp are used when present
 #
 # Environment:
 #   ECHOD_SUITES   which test builds to run, default "release asan tsan"
@@ -13,7 +14,7 @@
 set -euo pipefail
 
 usage() {
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
     exit 2
 }
 
@@ -179,15 +180,20 @@ run_suite() {
 
 run_tests() {
     local suites=${ECHOD_SUITES:-release asan tsan}
-    local s tsan_opts
+    local s tsan_opts lsan_opts
     for s in $suites; do
         case $s in
         release)
             run_suite release build ECHOD_SANITIZER= -- --buildtype=release
             ;;
         asan)
+            lsan_opts="print_suppressions=0"
+            if [ -f tests/lsan.supp ]; then
+                lsan_opts="$lsan_opts:suppressions=$ROOT/tests/lsan.supp"
+            fi
             run_suite asan build-asan ECHOD_SANITIZER=asan \
                 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+                "LSAN_OPTIONS=$lsan_opts" \
                 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
                 -- -Db_sanitize=address,undefined -Db_lundef=false
             ;;

@@ -343,8 +343,8 @@ class Daemon:
         text = self.stderr_text()
         bad = [m for m in SANITIZER_MARKERS if m in text]
         if self.returncode != 0 or bad:
-            raise DaemonError("echod exited with %s%s:\n%s" % (
-                self.returncode, " and a sanitizer report" if bad else "", text))
+            raise DaemonError("echod ended with %s%s:\n%s" % (
+                describe_exit(self.returncode), " and a sanitizer report" if bad else "", text))
         if VERBOSE:
             report_daemon(self, "stderr")
 
@@ -411,7 +411,13 @@ class Daemon:
         return http_get(self.admin_port, path)
 
     def metrics(self):
-        status, body = http_get(self.admin_port, "/metrics")
+        try:
+            status, body = http_get(self.admin_port, "/metrics")
+        except OSError as e:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise DaemonError("echod died (%s) while the test ran:\n%s" % (
+                    describe_exit(self.proc.returncode), self.stderr_text()[-20000:]))
+            raise AssertionError("GET /metrics failed: %s" % e)
         if status != 200:
             raise AssertionError("/metrics answered %d" % status)
         return Metrics(body.decode("utf-8"))
@@ -440,10 +446,22 @@ def _interesting(text):
                      if l.startswith(("echod_", "grpc_server_handled", "grpc_server_started")))
 
 
+def describe_exit(rc):
+    if rc is None:
+        return "still running"
+    if rc < 0:
+        try:
+            return "killed by %s" % signal.Signals(-rc).name
+        except ValueError:
+            return "killed by signal %d" % -rc
+    return "exit status %d" % rc
+
+
 def report_daemon(d, what):
     text = d.stderr_text()
-    sys.stderr.write("---- echod %s (cmd: %s) ----\n%s\n---- end ----\n" % (
-        what, " ".join(d.command()) if d.grpc_port else "", text[-20000:]))
+    rc = d.proc.poll() if d.proc is not None else None
+    sys.stderr.write("---- echod %s (cmd: %s; %s) ----\n%s\n---- end ----\n" % (
+        what, " ".join(d.command()) if d.grpc_port else "", describe_exit(rc), text[-20000:]))
     sys.stderr.flush()
 
 
