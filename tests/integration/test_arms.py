@@ -4,7 +4,8 @@ For each arm file: start echod with it, then
   1. N unary calls with grpcio, one channel, one after the other: total steps = 6N / 5N / 4N
      (merge_lookup_and_start, coalesce_end_stream), each step label as expected; the direct
      executor with an inline runner has 0 dispatches and 0 loop tasks, a serializing or pool
-     arm between N and (steps per call)*N dispatches; flush triggers match the policy;
+     arm between N and (steps per call)*N dispatches; every step ran on the loop thread
+     (direct) or on a worker (pools); flush triggers match the policy;
   2. h2load unary calls over 4 connections: same step arithmetic, zero failures;
   3. bidi: 3 connections x 3 streams x 1000 messages each at once, every echo in order.
 
@@ -131,6 +132,14 @@ class Arms(unittest.TestCase):
                 self.assertEqual(loop_tasks, 0, "%s: direct executor but loop tasks" % arm)
             else:
                 self.assertGreater(loop_tasks, 0, "%s: pool executor without loop tasks" % arm)
+
+            # The handler ran on the expected kind of thread.
+            self.assertTrue(m1.has("echod_step_runs_total"), "no echod_step_runs_total")
+            runs = {t: metric_delta(m1, m0, "echod_step_runs_total", thread=t) for t in ("loop", "worker")}
+            if mode == "direct":
+                self.assertEqual(runs, {"loop": k * N, "worker": 0}, "%s: step runs" % arm)
+            else:
+                self.assertEqual(runs, {"loop": 0, "worker": k * N}, "%s: step runs" % arm)
 
             def flushes(trigger):
                 return metric_delta(m1, m0, "echod_flushes_total", trigger=trigger)
