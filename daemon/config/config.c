@@ -8,6 +8,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,18 +21,22 @@
 /* Schema */
 
 typedef enum {
-    KEY_SECTION,    /* a mapping of further keys; assigning a mapping merges key by key */
-    KEY_STRING,     /* char *, may be empty */
-    KEY_NAME,       /* char *, must be non-empty */
-    KEY_HOSTPORT,   /* char *, checked as host:port */
-    KEY_UINT,       /* unsigned integer of `size` bytes, within [min, max] */
-    KEY_ENUM,       /* stored as unsigned int, one of `names` */
-    KEY_BOOL,       /* bool */
-    KEY_DURATION,   /* uint64_t milliseconds */
-    KEY_PER_METHOD, /* the dispatch.per_method dictionary; assigning it replaces it whole */
+    KEY_SECTION,      /* a mapping of further keys; assigning a mapping merges key by key */
+    KEY_STRING,       /* char *, may be empty */
+    KEY_NAME,         /* char *, must be non-empty */
+    KEY_HOSTPORT,     /* char *, checked as host:port */
+    KEY_HOSTPORT_OPT, /* char *, host:port as KEY_HOSTPORT, or empty (that listener is off) */
+    KEY_UINT,         /* unsigned integer of `size` bytes, within [min, max] */
+    KEY_INT,          /* signed integer of `size` bytes, within [(int64_t)min, (int64_t)max] */
+    KEY_RATIO,        /* double from 0.0 to 1.0, decimal notation only */
+    KEY_ENUM,         /* stored as unsigned int, one of `names` */
+    KEY_BOOL,         /* bool */
+    KEY_DURATION,     /* uint64_t milliseconds, up to max */
+    KEY_PER_METHOD,   /* a method path -> entry dictionary described by `map`; assigning it replaces it whole */
 } key_kind_t;
 
 typedef struct key_def key_def_t;
+typedef struct method_map method_map_t;
 struct key_def {
     const char *name;
     key_kind_t kind;
@@ -40,7 +45,27 @@ struct key_def {
     uint64_t min, max;
     const char *const *names;  /* KEY_ENUM, NULL-terminated */
     const key_def_t *children; /* KEY_SECTION, terminated by a NULL name */
+    const method_map_t *map;   /* KEY_PER_METHOD */
 };
+
+/*
+ * A per_method dictionary: an array of structs that start with `char *method`, followed by the
+ * entry's values at `value`. dispatch.per_method and work.per_method share all the code that
+ * loads, overrides, copies, frees, dumps, checks and sorts them through this description.
+ */
+struct method_map {
+    const char *path;       /* "dispatch.per_method", for messages */
+    size_t items;           /* offset in echod_config_t of the array pointer */
+    size_t count;           /* offset in echod_config_t of the size_t count */
+    size_t item_size;       /* sizeof one array element */
+    size_t value;           /* offset of the entry's values in an element */
+    const key_def_t *entry; /* the section that describes one entry's values */
+    /* What an entry holds before its keys are applied (it replaces any earlier entry). */
+    void (*init_entry)(const echod_config_t *cfg, void *value);
+};
+
+_Static_assert(offsetof(echod_per_method_t, method) == 0, "per_method items start with the method path");
+_Static_assert(offsetof(echod_method_work_t, method) == 0, "per_method items start with the method path");
 
 static const char *const exec_mode_names[] = {"direct", "fixed", "cached", "workstealing", NULL};
 static const char *const flush_names[] = {"loop_tail", "read_complete", "immediate", NULL};
@@ -50,91 +75,182 @@ static const char *const log_format_names[] = {"text", "json", NULL};
 
 #define FIELD(type, member) offsetof(type, member), sizeof(((type *)0)->member)
 #define INT31_MAX           2147483647u
+/* KEY_INT bounds travel in the unsigned min/max fields; the setter converts them back. */
+#define INT_BOUND(v) ((uint64_t)(int64_t)(v))
 /* A day is "forever" for every duration here, and keeps ms -> ns conversions far from overflow. */
 #define MAX_DURATION_MS (24 * 60 * 60 * 1000ull)
+/* work.max_cpu and work.max_sleep: an hour, so that every value under the cap fits cpu_us/sleep_us (uint32_t). */
+#define MAX_WORK_MS (60 * 60 * 1000ull)
+#define MAX_STATUS  16 /* UNAUTHENTICATED, the last gRPC status code */
 
-/* Shared by `executor` and every per_method entry, which are the same struct. */
+static void init_exec_entry(const echod_config_t *cfg, void *value);
+static void init_work_entry(const echod_config_t *cfg, void *value);
+
+/* Shared by `executor` and every dispatch.per_method entry, which are the same struct. */
 static const key_def_t exec_keys[] = {
-    {"mode", KEY_ENUM, FIELD(echod_exec_config_t, mode), 0, 0, exec_mode_names, NULL},
-    {"threads", KEY_UINT, FIELD(echod_exec_config_t, threads), 0, 1024, NULL, NULL},
-    {"max_threads", KEY_UINT, FIELD(echod_exec_config_t, max_threads), 0, 4096, NULL, NULL},
-    {"keep_alive", KEY_DURATION, FIELD(echod_exec_config_t, keep_alive_ms), 0, MAX_DURATION_MS, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+    {"mode", KEY_ENUM, FIELD(echod_exec_config_t, mode), 0, 0, exec_mode_names, NULL, NULL},
+    {"threads", KEY_UINT, FIELD(echod_exec_config_t, threads), 0, 1024, NULL, NULL, NULL},
+    {"max_threads", KEY_UINT, FIELD(echod_exec_config_t, max_threads), 0, 4096, NULL, NULL, NULL},
+    {"keep_alive", KEY_DURATION, FIELD(echod_exec_config_t, keep_alive_ms), 0, MAX_DURATION_MS, NULL, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
+/*
+ * Shared by work.defaults and every work.per_method entry. The static ranges are the most any cap
+ * allows; the caps of `work` (max_cpu, max_sleep, max_response_bytes) are checked in finish.
+ */
+static const key_def_t work_entry_keys[] = {
+    {"response_bytes", KEY_INT, FIELD(echod_work_t, response_bytes), INT_BOUND(-1), INT31_MAX, NULL, NULL, NULL},
+    {"cpu_us", KEY_UINT, FIELD(echod_work_t, cpu_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
+    {"sleep_us", KEY_UINT, FIELD(echod_work_t, sleep_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
+    {"status", KEY_UINT, FIELD(echod_work_t, status), 0, MAX_STATUS, NULL, NULL, NULL},
+    {"error_rate", KEY_RATIO, FIELD(echod_work_t, error_rate), 0, 0, NULL, NULL, NULL},
+    {"echo_metadata", KEY_BOOL, FIELD(echod_work_t, echo_metadata), 0, 0, NULL, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+
+static const key_def_t exec_entry_key = {"per_method entry", KEY_SECTION, 0, 0, 0, 0, NULL, exec_keys, NULL};
+static const key_def_t work_entry_key = {"per_method entry", KEY_SECTION, 0, 0, 0, 0, NULL, work_entry_keys, NULL};
+
+static const method_map_t exec_map = {
+    "dispatch.per_method",
+    offsetof(echod_config_t, dispatch.per_method),
+    offsetof(echod_config_t, dispatch.per_method_count),
+    sizeof(echod_per_method_t),
+    offsetof(echod_per_method_t, exec),
+    &exec_entry_key,
+    init_exec_entry,
+};
+
+static const method_map_t work_map = {
+    "work.per_method",
+    offsetof(echod_config_t, work.per_method),
+    offsetof(echod_config_t, work.per_method_count),
+    sizeof(echod_method_work_t),
+    offsetof(echod_method_work_t, work),
+    &work_entry_key,
+    init_work_entry,
+};
+
+static const method_map_t *const all_maps[] = {&exec_map, &work_map};
+#define NMAPS (sizeof(all_maps) / sizeof(all_maps[0]))
+
 static const key_def_t listen_keys[] = {
-    {"grpc", KEY_HOSTPORT, FIELD(echod_config_t, listen.grpc), 0, 0, NULL, NULL},
-    {"admin", KEY_HOSTPORT, FIELD(echod_config_t, listen.admin), 0, 0, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+    {"grpc", KEY_HOSTPORT, FIELD(echod_config_t, listen.grpc), 0, 0, NULL, NULL, NULL},
+    {"admin", KEY_HOSTPORT, FIELD(echod_config_t, listen.admin), 0, 0, NULL, NULL, NULL},
+    {"rest", KEY_HOSTPORT_OPT, FIELD(echod_config_t, listen.rest), 0, 0, NULL, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
 static const key_def_t tls_keys[] = {
-    {"cert", KEY_STRING, FIELD(echod_config_t, tls.cert), 0, 0, NULL, NULL},
-    {"key", KEY_STRING, FIELD(echod_config_t, tls.key), 0, 0, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+    {"cert", KEY_STRING, FIELD(echod_config_t, tls.cert), 0, 0, NULL, NULL, NULL},
+    {"key", KEY_STRING, FIELD(echod_config_t, tls.key), 0, 0, NULL, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
 static const key_def_t io_keys[] = {
-    {"event_loops", KEY_UINT, FIELD(echod_config_t, io.event_loops), 1, 64, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+    {"event_loops", KEY_UINT, FIELD(echod_config_t, io.event_loops), 1, 64, NULL, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
 static const key_def_t transport_keys[] = {
     {"max_concurrent_streams", KEY_UINT, FIELD(echod_config_t, transport.max_concurrent_streams), 1, INT31_MAX, NULL,
-     NULL},
-    {"max_receive_message_bytes", KEY_UINT, FIELD(echod_config_t, transport.max_receive_message_bytes), 1, INT31_MAX,
      NULL, NULL},
+    {"max_receive_message_bytes", KEY_UINT, FIELD(echod_config_t, transport.max_receive_message_bytes), 1, INT31_MAX,
+     NULL, NULL, NULL},
     {"initial_window_bytes", KEY_UINT, FIELD(echod_config_t, transport.initial_window_bytes), 65535, INT31_MAX, NULL,
-     NULL},
+     NULL, NULL},
     {"max_send_buffer_bytes", KEY_UINT, FIELD(echod_config_t, transport.max_send_buffer_bytes), 1024, 1u << 30, NULL,
+     NULL, NULL},
+    {"flush", KEY_ENUM, FIELD(echod_config_t, transport.flush), 0, 0, flush_names, NULL, NULL},
+    {"max_header_list_bytes", KEY_UINT, FIELD(echod_config_t, transport.max_header_list_bytes), 1024, 16u << 20, NULL,
+     NULL, NULL},
+    {"max_resets_per_second", KEY_UINT, FIELD(echod_config_t, transport.max_resets_per_second), 0, 1000000, NULL, NULL,
      NULL},
-    {"flush", KEY_ENUM, FIELD(echod_config_t, transport.flush), 0, 0, flush_names, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+    {"handshake_timeout", KEY_DURATION, FIELD(echod_config_t, transport.handshake_timeout_ms), 0, MAX_DURATION_MS, NULL,
+     NULL, NULL},
+    {"idle_timeout", KEY_DURATION, FIELD(echod_config_t, transport.idle_timeout_ms), 0, MAX_DURATION_MS, NULL, NULL,
+     NULL},
+    {"max_connection_age", KEY_DURATION, FIELD(echod_config_t, transport.max_connection_age_ms), 0, MAX_DURATION_MS,
+     NULL, NULL, NULL},
+    {"max_connection_age_grace", KEY_DURATION, FIELD(echod_config_t, transport.max_connection_age_grace_ms), 0,
+     MAX_DURATION_MS, NULL, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+
+static const key_def_t limits_keys[] = {
+    {"max_calls_in_flight", KEY_UINT, FIELD(echod_config_t, limits.max_calls_in_flight), 0, 10000000, NULL, NULL, NULL},
+    {"max_connections", KEY_UINT, FIELD(echod_config_t, limits.max_connections), 0, 1000000, NULL, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
 static const key_def_t dispatch_keys[] = {
-    {"serialize", KEY_ENUM, FIELD(echod_config_t, dispatch.serialize), 0, 0, serialize_names, NULL},
-    {"merge_lookup_and_start", KEY_BOOL, FIELD(echod_config_t, dispatch.merge_lookup_and_start), 0, 0, NULL, NULL},
-    {"coalesce_end_stream", KEY_BOOL, FIELD(echod_config_t, dispatch.coalesce_end_stream), 0, 0, NULL, NULL},
-    {"per_method", KEY_PER_METHOD, 0, 0, 0, 0, NULL, exec_keys},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+    {"serialize", KEY_ENUM, FIELD(echod_config_t, dispatch.serialize), 0, 0, serialize_names, NULL, NULL},
+    {"merge_lookup_and_start", KEY_BOOL, FIELD(echod_config_t, dispatch.merge_lookup_and_start), 0, 0, NULL, NULL,
+     NULL},
+    {"coalesce_end_stream", KEY_BOOL, FIELD(echod_config_t, dispatch.coalesce_end_stream), 0, 0, NULL, NULL, NULL},
+    {"per_method", KEY_PER_METHOD, 0, 0, 0, 0, NULL, NULL, &exec_map},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
 static const key_def_t echo_keys[] = {
-    {"server_streaming_count", KEY_UINT, FIELD(echod_config_t, echo.server_streaming_count), 1, 100000, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+    {"server_streaming_count", KEY_UINT, FIELD(echod_config_t, echo.server_streaming_count), 1, 100000, NULL, NULL,
+     NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+
+static const key_def_t work_keys[] = {
+    {"allow_metadata_overrides", KEY_BOOL, FIELD(echod_config_t, work.allow_metadata_overrides), 0, 0, NULL, NULL,
+     NULL},
+    {"max_cpu", KEY_DURATION, FIELD(echod_config_t, work.max_cpu_ms), 0, MAX_WORK_MS, NULL, NULL, NULL},
+    {"max_sleep", KEY_DURATION, FIELD(echod_config_t, work.max_sleep_ms), 0, MAX_WORK_MS, NULL, NULL, NULL},
+    {"max_response_bytes", KEY_UINT, FIELD(echod_config_t, work.max_response_bytes), 0, INT31_MAX, NULL, NULL, NULL},
+    {"defaults", KEY_SECTION, FIELD(echod_config_t, work.defaults), 0, 0, NULL, work_entry_keys, NULL},
+    {"per_method", KEY_PER_METHOD, 0, 0, 0, 0, NULL, NULL, &work_map},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+
+static const key_def_t telemetry_keys[] = {
+    {"timing_trailer", KEY_BOOL, FIELD(echod_config_t, telemetry.timing_trailer), 0, 0, NULL, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
 static const key_def_t shutdown_keys[] = {
-    {"drain_timeout", KEY_DURATION, FIELD(echod_config_t, shutdown.drain_timeout_ms), 0, MAX_DURATION_MS, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+    {"announce", KEY_DURATION, FIELD(echod_config_t, shutdown.announce_ms), 0, MAX_DURATION_MS, NULL, NULL, NULL},
+    {"drain_timeout", KEY_DURATION, FIELD(echod_config_t, shutdown.drain_timeout_ms), 0, MAX_DURATION_MS, NULL, NULL,
+     NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
 static const key_def_t log_keys[] = {
-    {"level", KEY_ENUM, FIELD(echod_config_t, log.level), 0, 0, log_level_names, NULL},
-    {"format", KEY_ENUM, FIELD(echod_config_t, log.format), 0, 0, log_format_names, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+    {"level", KEY_ENUM, FIELD(echod_config_t, log.level), 0, 0, log_level_names, NULL, NULL},
+    {"format", KEY_ENUM, FIELD(echod_config_t, log.format), 0, 0, log_format_names, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
 /*
- * Section offsets say where the children's base is: 0 (the config) for all but executor,
- * whose children are shared with per_method entries and so are relative to the exec struct.
+ * Section offsets say where the children's base is: 0 (the config) for most, but executor and
+ * work.defaults, whose children are shared with per_method entries, are relative to their struct.
+ * The order here is the order of dump and of the "valid keys" lists.
  */
 static const key_def_t top_keys[] = {
-    {"arm", KEY_NAME, FIELD(echod_config_t, arm), 0, 0, NULL, NULL},
-    {"listen", KEY_SECTION, 0, 0, 0, 0, NULL, listen_keys},
-    {"tls", KEY_SECTION, 0, 0, 0, 0, NULL, tls_keys},
-    {"io", KEY_SECTION, 0, 0, 0, 0, NULL, io_keys},
-    {"transport", KEY_SECTION, 0, 0, 0, 0, NULL, transport_keys},
-    {"executor", KEY_SECTION, FIELD(echod_config_t, executor), 0, 0, NULL, exec_keys},
-    {"dispatch", KEY_SECTION, 0, 0, 0, 0, NULL, dispatch_keys},
-    {"echo", KEY_SECTION, 0, 0, 0, 0, NULL, echo_keys},
-    {"shutdown", KEY_SECTION, 0, 0, 0, 0, NULL, shutdown_keys},
-    {"log", KEY_SECTION, 0, 0, 0, 0, NULL, log_keys},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL},
+    {"arm", KEY_NAME, FIELD(echod_config_t, arm), 0, 0, NULL, NULL, NULL},
+    {"listen", KEY_SECTION, 0, 0, 0, 0, NULL, listen_keys, NULL},
+    {"tls", KEY_SECTION, 0, 0, 0, 0, NULL, tls_keys, NULL},
+    {"io", KEY_SECTION, 0, 0, 0, 0, NULL, io_keys, NULL},
+    {"transport", KEY_SECTION, 0, 0, 0, 0, NULL, transport_keys, NULL},
+    {"limits", KEY_SECTION, 0, 0, 0, 0, NULL, limits_keys, NULL},
+    {"executor", KEY_SECTION, FIELD(echod_config_t, executor), 0, 0, NULL, exec_keys, NULL},
+    {"dispatch", KEY_SECTION, 0, 0, 0, 0, NULL, dispatch_keys, NULL},
+    {"echo", KEY_SECTION, 0, 0, 0, 0, NULL, echo_keys, NULL},
+    {"work", KEY_SECTION, 0, 0, 0, 0, NULL, work_keys, NULL},
+    {"telemetry", KEY_SECTION, 0, 0, 0, 0, NULL, telemetry_keys, NULL},
+    {"shutdown", KEY_SECTION, 0, 0, 0, 0, NULL, shutdown_keys, NULL},
+    {"log", KEY_SECTION, 0, 0, 0, 0, NULL, log_keys, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
-static const key_def_t root_key = {"", KEY_SECTION, 0, 0, 0, 0, NULL, top_keys};
+static const key_def_t root_key = {"", KEY_SECTION, 0, 0, 0, 0, NULL, top_keys, NULL};
 
 /* Small helpers */
 
@@ -212,6 +328,28 @@ static uint64_t load_uint(const void *field, size_t size)
         return x;
     }
     }
+}
+
+static void store_int(void *field, size_t size, int64_t v)
+{
+    if (size == sizeof(int32_t)) {
+        int32_t x = (int32_t)v;
+        memcpy(field, &x, size);
+    } else {
+        memcpy(field, &v, sizeof(v));
+    }
+}
+
+static int64_t load_int(const void *field, size_t size)
+{
+    if (size == sizeof(int32_t)) {
+        int32_t x;
+        memcpy(&x, field, size);
+        return x;
+    }
+    int64_t x;
+    memcpy(&x, field, sizeof(x));
+    return x;
 }
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -310,6 +448,53 @@ int echod_config_parse_duration(const char *s, uint64_t *ms)
         return -1;
     *ms = v * scale;
     return 0;
+}
+
+/* An optional '-' and decimal digits, nothing else: "+1", " 1" and "1.0" are not integers here. */
+static int parse_int(const char *s, int64_t *out)
+{
+    int neg = s[0] == '-';
+    uint64_t mag;
+    if (parse_uint(s + neg, &mag) != 0 || mag > (uint64_t)INT64_MAX + (uint64_t)neg)
+        return -1;
+    *out = neg ? (mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag) : (int64_t)mag;
+    return 0;
+}
+
+/*
+ * A fraction in decimal notation (0, 0.25, 1.0, 5e-3). strtod alone would also take "nan",
+ * "inf", hex floats and leading blanks, so the characters are checked first; the result must be
+ * finite and within [0, 1]. -0 becomes 0 so that it dumps as 0.0.
+ */
+static int parse_ratio(const char *s, double *out)
+{
+    if (s[0] == '\0' || strspn(s, "0123456789.eE+-") != strlen(s))
+        return -1;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !isfinite(v) || v < 0.0 || v > 1.0)
+        return -1;
+    *out = v == 0.0 ? 0.0 : v;
+    return 0;
+}
+
+/*
+ * The shortest "%.*g" that reads back as exactly v, with a '.' in the mantissa so that YAML 1.1
+ * readers (PyYAML) see a float too: 0.0, 0.1, 1.0e-05, 0.30000000000000004.
+ */
+static void format_ratio(char *dst, size_t cap, double v)
+{
+    char buf[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof(buf), "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    size_t mant = strcspn(buf, "e");
+    if (strchr(buf, '.') != NULL || strchr(buf, 'n') != NULL || strchr(buf, 'i') != NULL)
+        snprintf(dst, cap, "%s", buf);
+    else
+        snprintf(dst, cap, "%.*s.0%s", (int)mant, buf, buf + mant);
 }
 
 static int parse_bool(const char *s, bool *out)
@@ -466,6 +651,18 @@ static void describe_node(char *dst, size_t cap, const yaml_node_t *node)
     }
 }
 
+/* "1440m (a day)": a duration limit as the error messages show it. */
+static void describe_max_duration(char *dst, size_t cap, uint64_t ms)
+{
+    const char *gloss = ms == MAX_DURATION_MS ? " (a day)" : ms == 3600000 ? " (an hour)" : "";
+    if (ms != 0 && ms % 60000 == 0)
+        snprintf(dst, cap, "%llum%s", (unsigned long long)(ms / 60000), gloss);
+    else if (ms != 0 && ms % 1000 == 0)
+        snprintf(dst, cap, "%llus%s", (unsigned long long)(ms / 1000), gloss);
+    else
+        snprintf(dst, cap, "%llums%s", (unsigned long long)ms, gloss);
+}
+
 static void expected_what(char *dst, size_t cap, const key_def_t *key)
 {
     char names[256];
@@ -485,8 +682,19 @@ static void expected_what(char *dst, size_t cap, const key_def_t *key)
                  "host:port with port 1..65535 and host an IPv4 address, [IPv6 address], localhost, * or "
                  "empty");
         break;
+    case KEY_HOSTPORT_OPT:
+        snprintf(dst, cap,
+                 "\"\" (off) or host:port with port 1..65535 and host an IPv4 address, [IPv6 address], localhost, "
+                 "* or empty");
+        break;
     case KEY_UINT:
         snprintf(dst, cap, "an integer from %llu to %llu", (unsigned long long)key->min, (unsigned long long)key->max);
+        break;
+    case KEY_INT:
+        snprintf(dst, cap, "an integer from %lld to %lld", (long long)(int64_t)key->min, (long long)(int64_t)key->max);
+        break;
+    case KEY_RATIO:
+        snprintf(dst, cap, "a number from 0.0 to 1.0 such as 0.001 or 0.25 (decimal notation; not NaN or infinity)");
         break;
     case KEY_ENUM:
         list_names(names, sizeof(names), key->names);
@@ -496,7 +704,8 @@ static void expected_what(char *dst, size_t cap, const key_def_t *key)
         snprintf(dst, cap, "a boolean (true/false, yes/no, on/off)");
         break;
     case KEY_DURATION:
-        snprintf(dst, cap, "a duration up to 1440m (a day) such as 250ms, 10s or 2m (a bare number is milliseconds)");
+        describe_max_duration(names, sizeof(names), key->max);
+        snprintf(dst, cap, "a duration up to %s such as 250ms, 10s or 2m (a bare number is milliseconds)", names);
         break;
     }
 }
@@ -537,6 +746,19 @@ static int check_mapping_key(apply_ctx_t *ctx, yaml_node_t *mapping, yaml_node_p
     return 0;
 }
 
+static const key_def_t *find_child(const key_def_t *section, const char *name)
+{
+    const key_def_t *child = section->children;
+    while (child->name != NULL && strcmp(child->name, name) != 0)
+        child++;
+    return child;
+}
+
+/*
+ * Two passes: every key but per_method dictionaries first, then those. A work.per_method entry
+ * starts from work.defaults, so it must see the defaults of the same mapping wherever they are
+ * written in it, before or after per_method.
+ */
 static int apply_section(apply_ctx_t *ctx, const key_def_t *section, char *base, yaml_node_t *node)
 {
     if (is_null(node))
@@ -544,35 +766,71 @@ static int apply_section(apply_ctx_t *ctx, const key_def_t *section, char *base,
     if (node->type != YAML_MAPPING_NODE)
         return type_error(ctx, section, node);
     base += section->offset;
-    for (yaml_node_pair_t *pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top; pair++) {
-        yaml_node_t *k;
-        if (check_mapping_key(ctx, node, pair, &k) != 0)
-            return -1;
-        const char *name = (const char *)k->data.scalar.value;
-        const key_def_t *child = section->children;
-        while (child->name != NULL && strcmp(child->name, name) != 0)
-            child++;
-        size_t saved = path_push(ctx, name);
-        if (child->name == NULL) {
-            char keys[512], q[128];
-            list_keys(keys, sizeof(keys), section->children);
-            quote_value(q, sizeof(q), name);
-            node_error(ctx, k, "unknown key %s; valid keys %s%s: %s", q, saved ? "of " : "at the top level",
-                       saved ? section->name : "", keys);
-            return -1;
+    for (int pass = 0; pass < 2; pass++) {
+        for (yaml_node_pair_t *pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top; pair++) {
+            yaml_node_t *k = yaml_document_get_node(ctx->doc, pair->key);
+            if (pass == 0 && check_mapping_key(ctx, node, pair, &k) != 0)
+                return -1;
+            const char *name = (const char *)k->data.scalar.value;
+            const key_def_t *child = find_child(section, name);
+            if (child->name != NULL && (child->kind == KEY_PER_METHOD) != (pass == 1))
+                continue;
+            size_t saved = path_push(ctx, name);
+            if (child->name == NULL) {
+                char keys[512], q[128];
+                list_keys(keys, sizeof(keys), section->children);
+                quote_value(q, sizeof(q), name);
+                node_error(ctx, k, "unknown key %s; valid keys %s%s: %s", q, saved ? "of " : "at the top level",
+                           saved ? section->name : "", keys);
+                return -1;
+            }
+            if (apply_node(ctx, child, base, yaml_document_get_node(ctx->doc, pair->value)) != 0)
+                return -1;
+            path_pop(ctx, saved);
         }
-        if (apply_node(ctx, child, base, yaml_document_get_node(ctx->doc, pair->value)) != 0)
-            return -1;
-        path_pop(ctx, saved);
     }
     return 0;
 }
 
-static echod_per_method_t *find_method(echod_config_t *cfg, const char *method)
+/* per_method dictionaries, through their method_map_t */
+
+static void *map_items(const echod_config_t *cfg, const method_map_t *map)
 {
-    for (size_t i = 0; i < cfg->dispatch.per_method_count; i++)
-        if (strcmp(cfg->dispatch.per_method[i].method, method) == 0)
-            return &cfg->dispatch.per_method[i];
+    void *items;
+    memcpy(&items, (const char *)cfg + map->items, sizeof(items));
+    return items;
+}
+
+static size_t *map_count(echod_config_t *cfg, const method_map_t *map)
+{
+    return (size_t *)((char *)cfg + map->count);
+}
+
+static size_t map_count_of(const echod_config_t *cfg, const method_map_t *map)
+{
+    size_t n;
+    memcpy(&n, (const char *)cfg + map->count, sizeof(n));
+    return n;
+}
+
+/* Element i of a dictionary; its first member is the `char *method`. */
+static char *map_item(const echod_config_t *cfg, const method_map_t *map, size_t i)
+{
+    return (char *)map_items(cfg, map) + i * map->item_size;
+}
+
+static const char *item_method(const char *item)
+{
+    const char *method;
+    memcpy(&method, item, sizeof(method));
+    return method;
+}
+
+static char *find_entry(echod_config_t *cfg, const method_map_t *map, const char *method)
+{
+    for (size_t i = 0; i < map_count_of(cfg, map); i++)
+        if (strcmp(item_method(map_item(cfg, map, i)), method) == 0)
+            return map_item(cfg, map, i);
     return NULL;
 }
 
@@ -584,30 +842,62 @@ static void exec_defaults(echod_exec_config_t *exec)
     exec->keep_alive_ms = 60000;
 }
 
-/* A method's entry, created with the executor defaults if it does not exist yet. */
-static echod_per_method_t *get_method(echod_config_t *cfg, const char *method)
+/* dispatch.per_method entries start from the built-in executor defaults, not from `executor`. */
+static void init_exec_entry(const echod_config_t *cfg, void *value)
 {
-    echod_per_method_t *pm = find_method(cfg, method);
-    if (pm != NULL)
-        return pm;
-    cfg->dispatch.per_method =
-        xrealloc(cfg->dispatch.per_method, (cfg->dispatch.per_method_count + 1) * sizeof(*cfg->dispatch.per_method));
-    pm = &cfg->dispatch.per_method[cfg->dispatch.per_method_count++];
-    pm->method = xstrdup(method);
-    exec_defaults(&pm->exec);
-    return pm;
+    (void)cfg;
+    exec_defaults(value);
 }
 
-static void clear_methods(echod_config_t *cfg)
+/* work.per_method entries start from work.defaults as they are when the entry is read. */
+static void init_work_entry(const echod_config_t *cfg, void *value)
 {
-    for (size_t i = 0; i < cfg->dispatch.per_method_count; i++)
-        free(cfg->dispatch.per_method[i].method);
-    free(cfg->dispatch.per_method);
-    cfg->dispatch.per_method = NULL;
-    cfg->dispatch.per_method_count = 0;
+    memcpy(value, &cfg->work.defaults, sizeof(cfg->work.defaults));
 }
 
-static const key_def_t method_entry_key = {"per_method entry", KEY_SECTION, 0, 0, 0, 0, NULL, exec_keys};
+/* A method's entry, created with the map's starting values if it does not exist yet. */
+static char *get_entry(echod_config_t *cfg, const method_map_t *map, const char *method)
+{
+    char *item = find_entry(cfg, map, method);
+    if (item != NULL)
+        return item;
+    size_t *n = map_count(cfg, map);
+    void *items = xrealloc(map_items(cfg, map), (*n + 1) * map->item_size);
+    memcpy((char *)cfg + map->items, &items, sizeof(items));
+    item = (char *)items + (*n)++ * map->item_size;
+    memset(item, 0, map->item_size);
+    char *copy = xstrdup(method);
+    memcpy(item, &copy, sizeof(copy));
+    map->init_entry(cfg, item + map->value);
+    return item;
+}
+
+static void clear_entries(echod_config_t *cfg, const method_map_t *map)
+{
+    for (size_t i = 0; i < map_count_of(cfg, map); i++)
+        free((char *)item_method(map_item(cfg, map, i)));
+    free(map_items(cfg, map));
+    void *none = NULL;
+    memcpy((char *)cfg + map->items, &none, sizeof(none));
+    *map_count(cfg, map) = 0;
+}
+
+/* After a struct copy of src into dst: gives dst its own array and method strings. */
+static void copy_entries(echod_config_t *dst, const echod_config_t *src, const method_map_t *map)
+{
+    size_t n = map_count_of(src, map);
+    void *items = NULL;
+    if (n != 0) {
+        items = xrealloc(NULL, n * map->item_size);
+        memcpy(items, map_items(src, map), n * map->item_size);
+        for (size_t i = 0; i < n; i++) {
+            char *item = (char *)items + i * map->item_size;
+            char *copy = xstrdup(item_method(item));
+            memcpy(item, &copy, sizeof(copy));
+        }
+    }
+    memcpy((char *)dst + map->items, &items, sizeof(items));
+}
 
 static int check_method_name(apply_ctx_t *ctx, const yaml_node_t *at, const char *method)
 {
@@ -620,14 +910,15 @@ static int check_method_name(apply_ctx_t *ctx, const yaml_node_t *at, const char
 }
 
 /*
- * Assigning an entry replaces it: fields it does not name take the executor defaults, not
- * whatever an earlier file or --set left there, so an entry means the same wherever it appears.
+ * Assigning an entry replaces it: fields it does not name take the map's starting values (the
+ * executor defaults, or work.defaults), not whatever an earlier file or --set left in the entry,
+ * so an entry means the same wherever it appears.
  */
-static int apply_method_entry(apply_ctx_t *ctx, const char *method, yaml_node_t *node)
+static int apply_method_entry(apply_ctx_t *ctx, const method_map_t *map, const char *method, yaml_node_t *node)
 {
-    echod_per_method_t *pm = get_method(ctx->cfg, method);
-    exec_defaults(&pm->exec);
-    return apply_section(ctx, &method_entry_key, (char *)&pm->exec, node);
+    char *item = get_entry(ctx->cfg, map, method);
+    map->init_entry(ctx->cfg, item + map->value);
+    return apply_section(ctx, map->entry, item + map->value, node);
 }
 
 /* The dictionary is a value, not a section: assigning it replaces every entry, so `{}` clears it. */
@@ -635,7 +926,7 @@ static int apply_per_method(apply_ctx_t *ctx, const key_def_t *key, yaml_node_t 
 {
     if (!is_null(node) && node->type != YAML_MAPPING_NODE)
         return type_error(ctx, key, node);
-    clear_methods(ctx->cfg);
+    clear_entries(ctx->cfg, key->map);
     if (is_null(node))
         return 0;
     for (yaml_node_pair_t *pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top; pair++) {
@@ -645,7 +936,7 @@ static int apply_per_method(apply_ctx_t *ctx, const key_def_t *key, yaml_node_t 
         const char *method = (const char *)k->data.scalar.value;
         size_t saved = path_push(ctx, method);
         if (check_method_name(ctx, k, method) != 0 ||
-            apply_method_entry(ctx, method, yaml_document_get_node(ctx->doc, pair->value)) != 0)
+            apply_method_entry(ctx, key->map, method, yaml_document_get_node(ctx->doc, pair->value)) != 0)
             return -1;
         path_pop(ctx, saved);
     }
@@ -664,6 +955,8 @@ static int apply_node(apply_ctx_t *ctx, const key_def_t *key, char *base, yaml_n
     const char *v = (const char *)node->data.scalar.value;
     void *field = base + key->offset;
     uint64_t u;
+    int64_t i;
+    double d;
     bool b;
     switch (key->kind) {
     case KEY_STRING:
@@ -679,15 +972,34 @@ static int apply_node(apply_ctx_t *ctx, const key_def_t *key, char *base, yaml_n
             return type_error(ctx, key, node);
         set_string(field, v);
         return 0;
+    case KEY_HOSTPORT_OPT:
+        if (is_null(node) || v[0] == '\0') {
+            set_string(field, "");
+            return 0;
+        }
+        if (echod_config_parse_hostport(v, NULL, 0, NULL) != 0)
+            return type_error(ctx, key, node);
+        set_string(field, v);
+        return 0;
     case KEY_UINT:
         if (parse_uint(v, &u) != 0 || u < key->min || u > key->max)
             return type_error(ctx, key, node);
         store_uint(field, key->size, u);
         return 0;
+    case KEY_INT:
+        if (parse_int(v, &i) != 0 || i < (int64_t)key->min || i > (int64_t)key->max)
+            return type_error(ctx, key, node);
+        store_int(field, key->size, i);
+        return 0;
+    case KEY_RATIO:
+        if (parse_ratio(v, &d) != 0)
+            return type_error(ctx, key, node);
+        memcpy(field, &d, sizeof(d));
+        return 0;
     case KEY_ENUM:
-        for (unsigned i = 0; key->names[i] != NULL; i++) {
-            if (strcmp(key->names[i], v) == 0) {
-                store_uint(field, key->size, i);
+        for (unsigned n = 0; key->names[n] != NULL; n++) {
+            if (strcmp(key->names[n], v) == 0) {
+                store_uint(field, key->size, n);
                 return 0;
             }
         }
@@ -715,16 +1027,11 @@ static void copy_config(echod_config_t *dst, const echod_config_t *src)
     dst->arm = xstrdup(src->arm);
     dst->listen.grpc = xstrdup(src->listen.grpc);
     dst->listen.admin = xstrdup(src->listen.admin);
+    dst->listen.rest = xstrdup(src->listen.rest);
     dst->tls.cert = xstrdup(src->tls.cert);
     dst->tls.key = xstrdup(src->tls.key);
-    dst->dispatch.per_method = NULL;
-    if (src->dispatch.per_method_count != 0) {
-        dst->dispatch.per_method = xrealloc(NULL, src->dispatch.per_method_count * sizeof(*src->dispatch.per_method));
-        for (size_t i = 0; i < src->dispatch.per_method_count; i++) {
-            dst->dispatch.per_method[i] = src->dispatch.per_method[i];
-            dst->dispatch.per_method[i].method = xstrdup(src->dispatch.per_method[i].method);
-        }
-    }
+    for (size_t m = 0; m < NMAPS; m++)
+        copy_entries(dst, src, all_maps[m]);
 }
 
 static void commit_config(echod_config_t *cfg, echod_config_t *work)
@@ -743,6 +1050,7 @@ void echod_config_init(echod_config_t *cfg)
     cfg->arm = xstrdup("default");
     cfg->listen.grpc = xstrdup("0.0.0.0:50051");
     cfg->listen.admin = xstrdup("0.0.0.0:8080");
+    cfg->listen.rest = xstrdup("");
     cfg->tls.cert = xstrdup("");
     cfg->tls.key = xstrdup("");
     cfg->io.event_loops = 1;
@@ -751,11 +1059,31 @@ void echod_config_init(echod_config_t *cfg)
     cfg->transport.initial_window_bytes = 1048576;
     cfg->transport.max_send_buffer_bytes = 32768;
     cfg->transport.flush = ECHOD_FLUSH_LOOP_TAIL;
+    cfg->transport.max_header_list_bytes = 16384;
+    cfg->transport.max_resets_per_second = 1000;
+    cfg->transport.handshake_timeout_ms = 10000;
+    cfg->transport.idle_timeout_ms = 0;
+    cfg->transport.max_connection_age_ms = 0;
+    cfg->transport.max_connection_age_grace_ms = 0;
+    cfg->limits.max_calls_in_flight = 0;
+    cfg->limits.max_connections = 0;
     exec_defaults(&cfg->executor);
     cfg->dispatch.serialize = ECHOD_SERIALIZE_AUTO;
     cfg->dispatch.merge_lookup_and_start = false;
     cfg->dispatch.coalesce_end_stream = false;
     cfg->echo.server_streaming_count = 10;
+    cfg->work.allow_metadata_overrides = true;
+    cfg->work.max_cpu_ms = 10000;
+    cfg->work.max_sleep_ms = 10000;
+    cfg->work.max_response_bytes = 4194304;
+    cfg->work.defaults.response_bytes = -1;
+    cfg->work.defaults.cpu_us = 0;
+    cfg->work.defaults.sleep_us = 0;
+    cfg->work.defaults.status = 0;
+    cfg->work.defaults.error_rate = 0.0;
+    cfg->work.defaults.echo_metadata = false;
+    cfg->telemetry.timing_trailer = true;
+    cfg->shutdown.announce_ms = 0;
     cfg->shutdown.drain_timeout_ms = 10000;
     cfg->log.level = ECHOD_LOG_INFO;
     cfg->log.format = ECHOD_LOG_TEXT;
@@ -766,9 +1094,11 @@ void echod_config_free(echod_config_t *cfg)
     free(cfg->arm);
     free(cfg->listen.grpc);
     free(cfg->listen.admin);
+    free(cfg->listen.rest);
     free(cfg->tls.cert);
     free(cfg->tls.key);
-    clear_methods(cfg);
+    for (size_t m = 0; m < NMAPS; m++)
+        clear_entries(cfg, all_maps[m]);
     memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -897,7 +1227,8 @@ out:
 typedef struct {
     const key_def_t *key;
     char *base;
-    char method[256]; /* set when the target is a per_method entry or a field of one */
+    const method_map_t *map; /* set with method */
+    char method[256];        /* set when the target is a per_method entry or a field of one */
 } set_target_t;
 
 static int resolve_set_path(apply_ctx_t *ctx, const char *path, set_target_t *t)
@@ -905,6 +1236,7 @@ static int resolve_set_path(apply_ctx_t *ctx, const char *path, set_target_t *t)
     const key_def_t *section = &root_key;
     char *base = (char *)ctx->cfg;
     const char *p = path;
+    t->map = NULL;
     t->method[0] = '\0';
 
     for (;;) {
@@ -946,17 +1278,17 @@ static int resolve_set_path(apply_ctx_t *ctx, const char *path, set_target_t *t)
             char q[160];
             quote_value(q, sizeof(q), t->method);
             set_err(ctx->err, ctx->errlen,
-                    "--set %s: expected a method path \"/package.Service/Method\" after "
-                    "dispatch.per_method., got %s",
-                    path, q);
+                    "--set %s: expected a method path \"/package.Service/Method\" after %s., got %s", path,
+                    child->map->path, q);
             return -1;
         }
+        t->map = child->map;
         if (field == NULL) {
-            t->key = &method_entry_key;
+            t->key = child->map->entry;
             t->base = NULL;
             return 0;
         }
-        section = &method_entry_key;
+        section = child->map->entry;
         base = NULL; /* the entry may not exist yet; the caller creates it once the value is known to be good */
         p = field + 1;
     }
@@ -1018,12 +1350,12 @@ int echod_config_set(echod_config_t *cfg, const char *assignment, char *err, siz
     int ret = -1;
     if (node == NULL) {
         set_err(err, errlen, "--set %s: out of memory", path);
-    } else if (t.method[0] != '\0' && t.key == &method_entry_key) {
-        ret = apply_method_entry(&ctx, t.method, node);
-    } else if (t.method[0] != '\0') {
+    } else if (t.map != NULL && t.key == t.map->entry) {
+        ret = apply_method_entry(&ctx, t.map, t.method, node);
+    } else if (t.map != NULL) {
         /* Created only now, so a bad field name above never leaves an empty entry behind. */
-        echod_per_method_t *pm = get_method(&work, t.method);
-        ret = apply_node(&ctx, t.key, (char *)&pm->exec, node);
+        char *item = get_entry(&work, t.map, t.method);
+        ret = apply_node(&ctx, t.key, item + t.map->value, node);
     } else {
         ret = apply_node(&ctx, t.key, t.base, node);
     }
@@ -1073,21 +1405,23 @@ static void dump_keys(FILE *out, const key_def_t *keys, const char *base, const 
             dump_keys(out, k->children, base + k->offset, cfg, indent + 2);
             continue;
         case KEY_PER_METHOD:
-            if (cfg->dispatch.per_method_count == 0) {
+            if (map_count_of(cfg, k->map) == 0) {
                 fputs(" {}\n", out);
                 continue;
             }
             fputc('\n', out);
-            for (size_t i = 0; i < cfg->dispatch.per_method_count; i++) {
+            for (size_t i = 0; i < map_count_of(cfg, k->map); i++) {
+                const char *item = map_item(cfg, k->map, i);
                 fprintf(out, "%*s", indent + 2, "");
-                dump_string(out, cfg->dispatch.per_method[i].method);
+                dump_string(out, item_method(item));
                 fputs(":\n", out);
-                dump_keys(out, k->children, (const char *)&cfg->dispatch.per_method[i].exec, cfg, indent + 4);
+                dump_keys(out, k->map->entry->children, item + k->map->value, cfg, indent + 4);
             }
             continue;
         case KEY_STRING:
         case KEY_NAME:
-        case KEY_HOSTPORT: {
+        case KEY_HOSTPORT:
+        case KEY_HOSTPORT_OPT: {
             const char *s;
             memcpy(&s, field, sizeof(s));
             fputc(' ', out);
@@ -1096,6 +1430,16 @@ static void dump_keys(FILE *out, const key_def_t *keys, const char *base, const 
         case KEY_UINT:
             fprintf(out, " %llu", (unsigned long long)load_uint(field, k->size));
             break;
+        case KEY_INT:
+            fprintf(out, " %lld", (long long)load_int(field, k->size));
+            break;
+        case KEY_RATIO: {
+            double d;
+            char buf[40];
+            memcpy(&d, field, sizeof(d));
+            format_ratio(buf, sizeof(buf), d);
+            fprintf(out, " %s", buf);
+        } break;
         case KEY_ENUM:
             fprintf(out, " %s", k->names[load_uint(field, k->size)]);
             break;
@@ -1120,9 +1464,10 @@ void echod_config_dump(const echod_config_t *cfg, FILE *out)
 
 /* Finish */
 
+/* Items of either dictionary, by their leading method path. */
 static int cmp_method(const void *a, const void *b)
 {
-    return strcmp(((const echod_per_method_t *)a)->method, ((const echod_per_method_t *)b)->method);
+    return strcmp(item_method(a), item_method(b));
 }
 
 static int digest_dump(echod_config_t *cfg)
@@ -1151,6 +1496,56 @@ static int digest_dump(echod_config_t *cfg)
 static int is_any_host(const char *host)
 {
     return host[0] == '\0' || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
+}
+
+/* Two listeners collide on the same port when either binds every address or both bind the same one. */
+static int listeners_overlap(const char *host_a, uint16_t port_a, const char *host_b, uint16_t port_b)
+{
+    return port_a == port_b && (is_any_host(host_a) || is_any_host(host_b) || strcmp(host_a, host_b) == 0);
+}
+
+/*
+ * One work entry (work.defaults or a per_method one) against the ranges and the caps of `work`.
+ * The ranges were checked on the way in; they are checked again because a caller may have written
+ * the struct directly.
+ */
+static int check_work(const echod_config_t *cfg, const char *src, const char *path, const echod_work_t *w, char *err,
+                      size_t errlen)
+{
+    char cap[64];
+    if (w->response_bytes < -1 || w->response_bytes > (int64_t)cfg->work.max_response_bytes) {
+        set_err(err, errlen,
+                "%s: %s.response_bytes: %lld is outside -1..%u, where the top is work.max_response_bytes; raise "
+                "work.max_response_bytes or lower the value",
+                src, path, (long long)w->response_bytes, cfg->work.max_response_bytes);
+        return -1;
+    }
+    if (cfg->work.max_cpu_ms < UINT64_MAX / 1000 && w->cpu_us > cfg->work.max_cpu_ms * 1000) {
+        describe_max_duration(cap, sizeof(cap), cfg->work.max_cpu_ms);
+        set_err(err, errlen,
+                "%s: %s.cpu_us: %u us is more than work.max_cpu allows (%s = %llu us); raise work.max_cpu or "
+                "lower the value",
+                src, path, w->cpu_us, cap, (unsigned long long)cfg->work.max_cpu_ms * 1000);
+        return -1;
+    }
+    if (cfg->work.max_sleep_ms < UINT64_MAX / 1000 && w->sleep_us > cfg->work.max_sleep_ms * 1000) {
+        describe_max_duration(cap, sizeof(cap), cfg->work.max_sleep_ms);
+        set_err(err, errlen,
+                "%s: %s.sleep_us: %u us is more than work.max_sleep allows (%s = %llu us); raise work.max_sleep or "
+                "lower the value",
+                src, path, w->sleep_us, cap, (unsigned long long)cfg->work.max_sleep_ms * 1000);
+        return -1;
+    }
+    if (w->status > MAX_STATUS) {
+        set_err(err, errlen, "%s: %s.status: expected a gRPC status code from 0 to %d, got %u", src, path, MAX_STATUS,
+                w->status);
+        return -1;
+    }
+    if (!(w->error_rate >= 0.0 && w->error_rate <= 1.0)) {
+        set_err(err, errlen, "%s: %s.error_rate: expected a number from 0.0 to 1.0, got %g", src, path, w->error_rate);
+        return -1;
+    }
+    return 0;
 }
 
 int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
@@ -1182,13 +1577,36 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
         set_err(err, errlen, "%s: listen.admin: %s, got %s", src, hostport_rule, q);
         return -1;
     }
-    if (grpc_port == admin_port &&
-        (is_any_host(grpc_host) || is_any_host(admin_host) || strcmp(grpc_host, admin_host) == 0)) {
+    if (listeners_overlap(grpc_host, grpc_port, admin_host, admin_port)) {
         set_err(err, errlen,
                 "%s: listen.grpc and listen.admin: both bind port %u on overlapping addresses (\"%s\" and "
                 "\"%s\"); give the admin listener its own port",
                 src, grpc_port, cfg->listen.grpc, cfg->listen.admin);
         return -1;
+    }
+    if (cfg->listen.rest[0] != '\0') {
+        char rest_host[64];
+        uint16_t rest_port;
+        if (echod_config_parse_hostport(cfg->listen.rest, rest_host, sizeof(rest_host), &rest_port) != 0) {
+            char q[128];
+            quote_value(q, sizeof(q), cfg->listen.rest);
+            set_err(err, errlen, "%s: listen.rest: %s, or \"\" for no REST listener, got %s", src, hostport_rule, q);
+            return -1;
+        }
+        const struct {
+            const char *name, *addr, *host;
+            uint16_t port;
+        } others[] = {{"grpc", cfg->listen.grpc, grpc_host, grpc_port},
+                      {"admin", cfg->listen.admin, admin_host, admin_port}};
+        for (size_t i = 0; i < 2; i++) {
+            if (listeners_overlap(rest_host, rest_port, others[i].host, others[i].port)) {
+                set_err(err, errlen,
+                        "%s: listen.rest and listen.%s: both bind port %u on overlapping addresses (\"%s\" and "
+                        "\"%s\"); give the REST listener its own port",
+                        src, others[i].name, rest_port, cfg->listen.rest, others[i].addr);
+                return -1;
+            }
+        }
     }
 
     if (cfg->dispatch.merge_lookup_and_start && cfg->dispatch.per_method_count != 0) {
@@ -1201,21 +1619,33 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
                 cfg->dispatch.per_method[0].method);
         return -1;
     }
-    for (size_t i = 0; i < cfg->dispatch.per_method_count; i++) {
-        if (!valid_method_path(cfg->dispatch.per_method[i].method)) {
-            char q[128];
-            quote_value(q, sizeof(q), cfg->dispatch.per_method[i].method);
-            set_err(err, errlen,
-                    "%s: dispatch.per_method: expected a method path \"/package.Service/Method\" as key, "
-                    "got %s",
-                    src, q);
-            return -1;
+    for (size_t m = 0; m < NMAPS; m++) {
+        const method_map_t *map = all_maps[m];
+        for (size_t i = 0; i < map_count_of(cfg, map); i++) {
+            const char *method = item_method(map_item(cfg, map, i));
+            if (!valid_method_path(method)) {
+                char q[128];
+                quote_value(q, sizeof(q), method);
+                set_err(err, errlen, "%s: %s: expected a method path \"/package.Service/Method\" as key, got %s", src,
+                        map->path, q);
+                return -1;
+            }
         }
     }
 
+    if (check_work(cfg, src, "work.defaults", &cfg->work.defaults, err, errlen) != 0)
+        return -1;
+    for (size_t i = 0; i < cfg->work.per_method_count; i++) {
+        char path[320];
+        snprintf(path, sizeof(path), "work.per_method.%s", cfg->work.per_method[i].method);
+        if (check_work(cfg, src, path, &cfg->work.per_method[i].work, err, errlen) != 0)
+            return -1;
+    }
+
     /* Sorted so the digest does not depend on the order entries were given in, and lookups can bsearch. */
-    if (cfg->dispatch.per_method_count > 1)
-        qsort(cfg->dispatch.per_method, cfg->dispatch.per_method_count, sizeof(*cfg->dispatch.per_method), cmp_method);
+    for (size_t m = 0; m < NMAPS; m++)
+        if (map_count_of(cfg, all_maps[m]) > 1)
+            qsort(map_items(cfg, all_maps[m]), map_count_of(cfg, all_maps[m]), all_maps[m]->item_size, cmp_method);
 
     if (digest_dump(cfg) != 0) {
         set_err(err, errlen, "%s: cannot compute the config digest", src);
@@ -1232,6 +1662,15 @@ const echod_exec_config_t *echod_config_method_exec(const echod_config_t *cfg, c
         return NULL;
     pm = bsearch(&keyv, cfg->dispatch.per_method, cfg->dispatch.per_method_count, sizeof(*pm), cmp_method);
     return pm != NULL ? &pm->exec : NULL;
+}
+
+const echod_work_t *echod_config_method_work(const echod_config_t *cfg, const char *method)
+{
+    echod_method_work_t keyv = {.method = (char *)method};
+    const echod_method_work_t *mw = NULL;
+    if (cfg->work.per_method_count != 0)
+        mw = bsearch(&keyv, cfg->work.per_method, cfg->work.per_method_count, sizeof(*mw), cmp_method);
+    return mw != NULL ? &mw->work : &cfg->work.defaults;
 }
 
 const char *echod_exec_mode_name(echod_exec_mode_t mode)

@@ -30,6 +30,28 @@ typedef struct {
     echod_exec_config_t exec;
 } echod_per_method_t;
 
+/*
+ * Synthetic work a handler does (issue 4): server-wide defaults and per-method values in config,
+ * overridable per call by request metadata (echod-response-bytes, echod-cpu-us, ...).
+ */
+typedef struct {
+    int64_t response_bytes; /* -1 = echo the request as it is; else pad/truncate the message to N bytes */
+    uint32_t cpu_us;        /* calibrated busy loop on the handler thread */
+    uint32_t sleep_us;      /* blocking sleep on the handler thread */
+    /*
+     * Failing on purpose: with status != 0 and error_rate 0, every call fails with status; with
+     * error_rate in (0, 1], that fraction of calls fails with status (INTERNAL when status is 0).
+     */
+    uint32_t status;
+    double error_rate;
+    bool echo_metadata; /* echo request metadata back as response headers */
+} echod_work_t;
+
+typedef struct {
+    char *method; /* full gRPC path */
+    echod_work_t work;
+} echod_method_work_t;
+
 typedef enum { ECHOD_SERIALIZE_AUTO = 0, ECHOD_SERIALIZE_ALWAYS } echod_serialize_t;
 typedef enum { ECHOD_FLUSH_LOOP_TAIL = 0, ECHOD_FLUSH_READ_COMPLETE, ECHOD_FLUSH_IMMEDIATE } echod_flush_t;
 typedef enum { ECHOD_LOG_DEBUG = 0, ECHOD_LOG_INFO, ECHOD_LOG_WARN, ECHOD_LOG_ERROR } echod_log_level_t;
@@ -40,6 +62,7 @@ typedef struct echod_config {
     struct {
         char *grpc;  /* "host:port" */
         char *admin; /* "host:port" */
+        char *rest;  /* "host:port" of the REST control arm; "" = off (default) */
     } listen;
     struct {
         char *cert; /* "" = no TLS */
@@ -54,7 +77,35 @@ typedef struct echod_config {
         uint32_t initial_window_bytes;      /* per stream and connection; default 1 MiB */
         uint32_t max_send_buffer_bytes;     /* on_ready threshold per stream; default 32 KiB */
         echod_flush_t flush;
+        uint64_t max_connection_age_ms;       /* 0 = off (default); gRPC A9, +-10% jitter */
+        uint64_t max_connection_age_grace_ms; /* after the age GOAWAY; 0 = wait for the calls (default) */
+        uint64_t idle_timeout_ms;             /* connection with no open stream; 0 = off; default 0 */
+        uint64_t handshake_timeout_ms;        /* accept to first HTTP/2 frame (and TLS); 0 = off; default 10 s */
+        uint32_t max_resets_per_second;       /* client RST_STREAMs/s per connection before GOAWAY
+                                                 (ENHANCE_YOUR_CALM); 0 = no limit; default 1000 */
+        uint32_t max_header_list_bytes;       /* request header block limit; default 16 KiB */
     } transport;
+    struct {
+        uint32_t max_calls_in_flight; /* 0 = unlimited; above it new calls get RESOURCE_EXHAUSTED */
+        uint32_t max_connections;     /* 0 = unlimited; above it new connections are closed at once */
+    } limits;
+    struct {
+        bool allow_metadata_overrides;   /* default true */
+        uint64_t max_cpu_ms;             /* cap on cpu_us (ms in config; 0..1 h; default 10 s) */
+        uint64_t max_sleep_ms;           /* cap on sleep_us (0..1 h; default 10 s) */
+        uint32_t max_response_bytes;     /* cap on response_bytes (default 4 MiB) */
+        echod_work_t defaults;           /* every method without a per_method entry */
+        /*
+         * Used instead of `defaults` for that method. An entry starts from the values `defaults` has
+         * when the entry is read (in a file, after the defaults of the same file whatever the key
+         * order); the keys it names override them. Sorted by method after finish.
+         */
+        echod_method_work_t *per_method;
+        size_t per_method_count;
+    } work;
+    struct {
+        bool timing_trailer; /* echod-timing trailing metadata; default true */
+    } telemetry;
     echod_exec_config_t executor;
     struct {
         echod_serialize_t serialize;
@@ -67,6 +118,7 @@ typedef struct echod_config {
         unsigned server_streaming_count; /* ServerStreamingEcho responses per request; default 10 */
     } echo;
     struct {
+        uint64_t announce_ms;      /* NOT_SERVING before the first GOAWAY; default 0 */
         uint64_t drain_timeout_ms; /* default 10 s */
     } shutdown;
     struct {
@@ -90,16 +142,19 @@ int echod_config_load_file(echod_config_t *cfg, const char *path, char *err, siz
 /*
  * Applies one "key.path=value" override with the same validation ("--set key.path: ...").
  * The value is read as YAML, so a quoted string, an empty value (null) or a flow mapping
- * (transport={flush: immediate}) work as they do in a file. Under dispatch.per_method the
- * method path is one segment despite its dots: dispatch.per_method./pkg.Svc/Method.threads=2
- * creates or edits one entry, dispatch.per_method./pkg.Svc/Method={mode: fixed} replaces it,
- * dispatch.per_method={} clears them all. On error the config is left unchanged.
+ * (transport={flush: immediate}) work as they do in a file. Under dispatch.per_method and
+ * work.per_method the method path is one segment despite its dots:
+ * dispatch.per_method./pkg.Svc/Method.threads=2 creates or edits one entry,
+ * dispatch.per_method./pkg.Svc/Method={mode: fixed} replaces it, dispatch.per_method={} clears
+ * them all (work.per_method./pkg.Svc/Method.cpu_us=5 alike). On error the config is left unchanged.
  */
 int echod_config_set(echod_config_t *cfg, const char *assignment, char *err, size_t errlen);
 
 /*
  * Cross-field checks and derived fields (sha256). Call once after loading and overrides.
- * Also sorts dispatch.per_method by method, which echod_config_method_exec relies on.
+ * Checks that listen.rest (when set) shares no port with grpc or admin, and that work.defaults and
+ * every work.per_method entry stay within the work caps. Also sorts dispatch.per_method and
+ * work.per_method by method, which echod_config_method_exec and echod_config_method_work rely on.
  */
 int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen);
 
@@ -111,6 +166,9 @@ const echod_exec_config_t *echod_config_method_exec(const echod_config_t *cfg, c
  * empty), else "localhost", an IPv4 literal or an IPv6 literal without brackets. Returns 0 or -1.
  */
 int echod_config_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port);
+
+/* The work for a method: its per_method entry, else work.defaults. Any thread, after finish. */
+const echod_work_t *echod_config_method_work(const echod_config_t *cfg, const char *method);
 
 /* Writes the effective config as YAML that echod_config_load_file accepts. */
 void echod_config_dump(const echod_config_t *cfg, FILE *out);

@@ -39,6 +39,16 @@ static char *dump_str(const echod_config_t *cfg)
     return text;
 }
 
+/* dump_str into a static buffer, for handing straight to write_tmp. */
+static const char *dump_str_tmp(const echod_config_t *cfg)
+{
+    static char buf[16384];
+    char *text = dump_str(cfg);
+    snprintf(buf, sizeof(buf), "%s", text);
+    free(text);
+    return buf;
+}
+
 static int same_dump(const echod_config_t *a, const echod_config_t *b)
 {
     char *da = dump_str(a), *db = dump_str(b);
@@ -116,6 +126,7 @@ static void test_defaults(void)
     CHECK(strcmp(def.arm, "default") == 0);
     CHECK(strcmp(def.listen.grpc, "0.0.0.0:50051") == 0);
     CHECK(strcmp(def.listen.admin, "0.0.0.0:8080") == 0);
+    CHECK(strcmp(def.listen.rest, "") == 0);
     CHECK(strcmp(def.tls.cert, "") == 0 && strcmp(def.tls.key, "") == 0);
     CHECK(def.io.event_loops == 1);
     CHECK(def.transport.max_concurrent_streams == 1000);
@@ -123,12 +134,27 @@ static void test_defaults(void)
     CHECK(def.transport.initial_window_bytes == 1048576);
     CHECK(def.transport.max_send_buffer_bytes == 32768);
     CHECK(def.transport.flush == ECHOD_FLUSH_LOOP_TAIL);
+    CHECK(def.transport.max_header_list_bytes == 16384);
+    CHECK(def.transport.max_resets_per_second == 1000);
+    CHECK(def.transport.handshake_timeout_ms == 10000);
+    CHECK(def.transport.idle_timeout_ms == 0);
+    CHECK(def.transport.max_connection_age_ms == 0 && def.transport.max_connection_age_grace_ms == 0);
+    CHECK(def.limits.max_calls_in_flight == 0 && def.limits.max_connections == 0);
     CHECK(def.executor.mode == ECHOD_EXEC_DIRECT && def.executor.threads == 0 && def.executor.max_threads == 0);
     CHECK(def.executor.keep_alive_ms == 60000);
     CHECK(def.dispatch.serialize == ECHOD_SERIALIZE_AUTO);
     CHECK(!def.dispatch.merge_lookup_and_start && !def.dispatch.coalesce_end_stream);
     CHECK(def.dispatch.per_method_count == 0 && def.dispatch.per_method == NULL);
     CHECK(def.echo.server_streaming_count == 10);
+    CHECK(def.work.allow_metadata_overrides);
+    CHECK(def.work.max_cpu_ms == 10000 && def.work.max_sleep_ms == 10000);
+    CHECK(def.work.max_response_bytes == 4194304);
+    CHECK(def.work.defaults.response_bytes == -1 && def.work.defaults.cpu_us == 0 && def.work.defaults.sleep_us == 0);
+    CHECK(def.work.defaults.status == 0 && def.work.defaults.error_rate == 0.0 && !def.work.defaults.echo_metadata);
+    CHECK(def.work.per_method_count == 0 && def.work.per_method == NULL);
+    CHECK(echod_config_method_work(&def, "/grpc.examples.echo.Echo/UnaryEcho") == &def.work.defaults);
+    CHECK(def.telemetry.timing_trailer);
+    CHECK(def.shutdown.announce_ms == 0);
     CHECK(def.shutdown.drain_timeout_ms == 10000);
     CHECK(def.log.level == ECHOD_LOG_INFO && def.log.format == ECHOD_LOG_TEXT);
     CHECK(def.source[0] == '\0');
@@ -180,11 +206,13 @@ static void test_arms(void)
         CHECK(strcmp(cfg.arm, base) == 0);
         /* Only the arm shape differs from the defaults; the ports are the same everywhere. */
         CHECK(strcmp(cfg.listen.grpc, "0.0.0.0:50051") == 0 && strcmp(cfg.listen.admin, "0.0.0.0:8080") == 0);
+        /* Only the REST control arm opens the REST listener. */
+        CHECK(strcmp(cfg.listen.rest, strcmp(base, "rest") == 0 ? "0.0.0.0:8081" : "") == 0);
         echod_config_free(&cfg);
         n++;
     }
     closedir(d);
-    CHECK(n == 10);
+    CHECK(n == 11);
 
     /* Spot-check that each arm says what its name promises. */
     echod_config_t cfg;
@@ -214,6 +242,18 @@ static void test_arms(void)
     CHECK(echod_config_load_file(&cfg, SRC("config/arms/direct-drain.yaml"), err, sizeof(err)) == 0);
     CHECK(cfg.transport.flush == ECHOD_FLUSH_READ_COMPLETE);
     echod_config_free(&cfg);
+
+    /* The REST control arm keeps the gRPC side on the `direct` arm's settings. */
+    echod_config_t direct;
+    echod_config_init(&cfg);
+    echod_config_init(&direct);
+    CHECK(echod_config_load_file(&cfg, SRC("config/arms/rest.yaml"), err, sizeof(err)) == 0);
+    CHECK(echod_config_load_file(&direct, SRC("config/arms/direct.yaml"), err, sizeof(err)) == 0);
+    CHECK(strcmp(cfg.listen.rest, "0.0.0.0:8081") == 0);
+    CHECK(set(&direct, "arm=rest") && set(&direct, "listen.rest=0.0.0.0:8081"));
+    CHECK(same_dump(&cfg, &direct));
+    echod_config_free(&cfg);
+    echod_config_free(&direct);
 }
 
 static void test_values(void)
@@ -314,6 +354,349 @@ static void test_values(void)
     echod_config_free(&cfg);
 }
 
+/* transport, limits, shutdown and telemetry keys, and listen.rest: good values at the edges, then every error class. */
+static void test_service_keys(void)
+{
+    echod_config_t cfg;
+    CHECK(load_ok("listen: {rest: \"127.0.0.1:8081\"}\n"
+                  "transport:\n"
+                  "  max_header_list_bytes: 16777216\n"
+                  "  max_resets_per_second: 0\n"
+                  "  handshake_timeout: 0\n"
+                  "  idle_timeout: 5m\n"
+                  "  max_connection_age: 1440m\n"
+                  "  max_connection_age_grace: 250ms\n"
+                  "limits: {max_calls_in_flight: 10000000, max_connections: 1000000}\n"
+                  "telemetry: {timing_trailer: off}\n"
+                  "shutdown: {announce: 2s}\n",
+                  &cfg));
+    CHECK(strcmp(cfg.listen.rest, "127.0.0.1:8081") == 0);
+    CHECK(cfg.transport.max_header_list_bytes == 16777216 && cfg.transport.max_resets_per_second == 0);
+    CHECK(cfg.transport.handshake_timeout_ms == 0 && cfg.transport.idle_timeout_ms == 300000);
+    CHECK(cfg.transport.max_connection_age_ms == 86400000 && cfg.transport.max_connection_age_grace_ms == 250);
+    CHECK(cfg.limits.max_calls_in_flight == 10000000 && cfg.limits.max_connections == 1000000);
+    CHECK(!cfg.telemetry.timing_trailer);
+    CHECK(cfg.shutdown.announce_ms == 2000 && cfg.shutdown.drain_timeout_ms == 10000);
+    /* The rest of transport keeps its values: a mapping merges. */
+    CHECK(cfg.transport.max_concurrent_streams == 1000 && cfg.transport.flush == ECHOD_FLUSH_LOOP_TAIL);
+    echod_config_free(&cfg);
+
+    CHECK(load_ok("transport: {max_header_list_bytes: 1024, max_resets_per_second: 1000000}\n", &cfg));
+    CHECK(cfg.transport.max_header_list_bytes == 1024 && cfg.transport.max_resets_per_second == 1000000);
+    echod_config_free(&cfg);
+
+    /* listen.rest: empty, quoted empty and null all mean off. */
+    const char *offs[] = {"listen: {rest: \"\"}\n", "listen: {rest: ''}\n", "listen:\n  rest:\n",
+                          "listen: {rest: ~}\n"};
+    for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+        CHECK(load_ok("listen: {rest: \"*:9\"}\n", &cfg));
+        char err[1024];
+        CHECK(echod_config_load_file(&cfg, write_tmp(offs[i]), err, sizeof(err)) == 0);
+        CHECK(strcmp(cfg.listen.rest, "") == 0);
+        echod_config_free(&cfg);
+    }
+
+    CHECK(load_fails_with("listen:\n  rest: \"example.com:8081\"\n",
+                          ":2:9: listen.rest: expected \"\" (off) or host:port with port 1..65535 and host an IPv4 "
+                          "address, [IPv6 address], localhost, * or empty, got \"example.com:8081\""));
+    CHECK(load_fails_with("listen: {rest: 8081}\n", ":1:16: listen.rest: expected \"\" (off) or host:port"));
+    CHECK(load_fails_with("listen: {rest: [a]}\n", ":1:16: listen.rest: expected \"\" (off) or host:port with port "
+                                                   "1..65535 and host an IPv4 address, [IPv6 address], localhost, * or "
+                                                   "empty, got a sequence"));
+    CHECK(load_fails_with("listen: {rest: \"0.0.0.0:0\"}\n", "listen.rest: expected \"\" (off)"));
+    CHECK(load_fails_with("transport:\n  max_header_list_bytes: 1023\n",
+                          ":2:26: transport.max_header_list_bytes: expected an integer from 1024 to 16777216, got "
+                          "\"1023\""));
+    CHECK(load_fails_with("transport: {max_header_list_bytes: 16777217}\n",
+                          ":1:36: transport.max_header_list_bytes: expected an integer from 1024 to 16777216"));
+    CHECK(load_fails_with("transport: {max_resets_per_second: 1000001}\n",
+                          ":1:36: transport.max_resets_per_second: expected an integer from 0 to 1000000, got "
+                          "\"1000001\""));
+    CHECK(load_fails_with("transport: {max_resets_per_second: -1}\n",
+                          "transport.max_resets_per_second: expected an integer from 0 to 1000000, got \"-1\""));
+    CHECK(load_fails_with("transport:\n  handshake_timeout: 10 s\n",
+                          ":2:22: transport.handshake_timeout: expected a duration up to 1440m (a day) such as 250ms, "
+                          "10s or 2m (a bare number is milliseconds), got \"10 s\""));
+    CHECK(load_fails_with("transport: {idle_timeout: 1441m}\n",
+                          ":1:27: transport.idle_timeout: expected a duration up to 1440m (a day)"));
+    CHECK(load_fails_with("transport: {max_connection_age: -1}\n",
+                          ":1:33: transport.max_connection_age: expected a duration"));
+    CHECK(load_fails_with("transport: {max_connection_age_grace: 1h}\n",
+                          ":1:39: transport.max_connection_age_grace: expected a duration"));
+    CHECK(load_fails_with("limits:\n  max_calls_in_flight: 10000001\n",
+                          ":2:24: limits.max_calls_in_flight: expected an integer from 0 to 10000000, got "
+                          "\"10000001\""));
+    CHECK(load_fails_with("limits: {max_connections: 1000001}\n",
+                          ":1:27: limits.max_connections: expected an integer from 0 to 1000000"));
+    CHECK(load_fails_with("limits: {max_conns: 1}\n", ":1:10: limits.max_conns: unknown key \"max_conns\"; valid keys "
+                                                      "of limits: max_calls_in_flight, max_connections"));
+    CHECK(load_fails_with("limits: 5\n", ":1:9: limits: expected a mapping, got \"5\""));
+    CHECK(load_fails_with("telemetry: {timing_trailer: sometimes}\n",
+                          ":1:29: telemetry.timing_trailer: expected a boolean (true/false, yes/no, on/off), got "
+                          "\"sometimes\""));
+    CHECK(load_fails_with("telemetry: {timing: true}\n", ":1:13: telemetry.timing: unknown key \"timing\"; valid keys "
+                                                         "of telemetry: timing_trailer"));
+    CHECK(load_fails_with("shutdown:\n  announce: 1d\n",
+                          ":2:13: shutdown.announce: expected a duration up to 1440m (a day)"));
+    CHECK(load_fails_with("shutdown: {anounce: 1s}\n", "shutdown.anounce: unknown key \"anounce\"; valid keys of "
+                                                       "shutdown: announce, drain_timeout"));
+}
+
+/* KEY_INT (response_bytes) and KEY_RATIO (error_rate): what they take and how they refuse the rest. */
+static void test_int_and_ratio(void)
+{
+    echod_config_t cfg;
+    const struct {
+        const char *text;
+        long long want;
+    } ints[] = {{"-1", -1}, {"0", 0}, {"-0", 0}, {"17", 17}, {"2147483647", 2147483647}};
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+        char text[128];
+        snprintf(text, sizeof(text), "work: {defaults: {response_bytes: %s}}\n", ints[i].text);
+        CHECK(load_ok(text, &cfg) && cfg.work.defaults.response_bytes == ints[i].want);
+        echod_config_free(&cfg);
+    }
+    const char *bad_ints[] = {"-2",
+                              "2147483648",
+                              "-9223372036854775808",
+                              "99999999999999999999",
+                              "+1",
+                              "1.0",
+                              "--1",
+                              "'-'",
+                              "1e3",
+                              "0x10",
+                              "ten",
+                              "\"\"",
+                              "' 1'"};
+    for (size_t i = 0; i < sizeof(bad_ints) / sizeof(bad_ints[0]); i++) {
+        char text[128];
+        snprintf(text, sizeof(text), "work:\n  defaults:\n    response_bytes: %s\n", bad_ints[i]);
+        CHECK(load_fails_with(text, ":3:21: work.defaults.response_bytes: expected an integer from -1 to 2147483647, "
+                                    "got \""));
+    }
+    CHECK(load_fails_with("work: {defaults: {response_bytes: -2}}\n",
+                          ":1:35: work.defaults.response_bytes: expected an integer from -1 to 2147483647, got "
+                          "\"-2\""));
+    CHECK(load_fails_with("work: {defaults: {response_bytes: [1]}}\n",
+                          ":1:35: work.defaults.response_bytes: expected an integer from -1 to 2147483647, got a "
+                          "sequence"));
+
+    const struct {
+        const char *text;
+        double want;
+    } ratios[] = {{"0", 0.0},
+                  {"0.0", 0.0},
+                  {"-0.0", 0.0},
+                  {"1", 1.0},
+                  {"1.0", 1.0},
+                  {"0.25", 0.25},
+                  {".5", 0.5},
+                  {"5e-3", 0.005},
+                  {"1E-2", 0.01},
+                  {"1e-300", 1e-300},
+                  {"\"0.5\"", 0.5},
+                  {"0.1", 0.1},
+                  {"1.00000000000000000001", 1.0}};
+    for (size_t i = 0; i < sizeof(ratios) / sizeof(ratios[0]); i++) {
+        char text[128];
+        snprintf(text, sizeof(text), "work: {defaults: {error_rate: %s}}\n", ratios[i].text);
+        int ok = load_ok(text, &cfg);
+        CHECK(ok && cfg.work.defaults.error_rate == ratios[i].want);
+        if (ok && cfg.work.defaults.error_rate != ratios[i].want)
+            fprintf(stderr, "error_rate %s read as %.17g\n", ratios[i].text, cfg.work.defaults.error_rate);
+        echod_config_free(&cfg);
+    }
+    /* -0.0 is stored as +0.0, so it dumps as 0.0. */
+    CHECK(load_ok("work: {defaults: {error_rate: -0.0}}\n", &cfg));
+    char *text = dump_str(&cfg);
+    CHECK(strstr(text, "    error_rate: 0.0\n") != NULL);
+    free(text);
+    echod_config_free(&cfg);
+
+    const char *bad_ratios[] = {".nan", "nan",  "NaN", ".inf",      "-.inf",    "inf",    "infinity", "1e999",
+                                "-0.1", "1.01", "2",   "1.0000001", "-1e-300",  "0x1p-1", "abc",      "1e",
+                                "0.5.", "50%",  "1/2", "\"\"",      "\" 0.5\"", "true",   "0,5",      "e1"};
+    for (size_t i = 0; i < sizeof(bad_ratios) / sizeof(bad_ratios[0]); i++) {
+        char text[160];
+        snprintf(text, sizeof(text), "work:\n  defaults:\n    error_rate: %s\n", bad_ratios[i]);
+        CHECK(load_fails_with(text, ":3:17: work.defaults.error_rate: expected a number from 0.0 to 1.0 such as 0.001 "
+                                    "or 0.25 (decimal notation; not NaN or infinity), got \""));
+    }
+    CHECK(load_fails_with("work: {defaults: {error_rate: .nan}}\n",
+                          ":1:31: work.defaults.error_rate: expected a number from 0.0 to 1.0 such as 0.001 or 0.25 "
+                          "(decimal notation; not NaN or infinity), got \".nan\""));
+    CHECK(load_fails_with("work: {defaults: {error_rate: 1.5}}\n", "got \"1.5\""));
+    CHECK(load_fails_with("work: {defaults: {error_rate: {a: 1}}}\n",
+                          ":1:31: work.defaults.error_rate: expected a number from 0.0 to 1.0 such as 0.001 or 0.25 "
+                          "(decimal notation; not NaN or infinity), got a mapping"));
+}
+
+static void test_work(void)
+{
+    echod_config_t cfg;
+    char err[1024];
+
+    /* Every key, at its edges. */
+    CHECK(load_ok("work:\n"
+                  "  allow_metadata_overrides: false\n"
+                  "  max_cpu: 60m\n"
+                  "  max_sleep: 0\n"
+                  "  max_response_bytes: 2147483647\n"
+                  "  defaults:\n"
+                  "    response_bytes: 2147483647\n"
+                  "    cpu_us: 3600000000\n"
+                  "    sleep_us: 0\n"
+                  "    status: 16\n"
+                  "    error_rate: 1.0\n"
+                  "    echo_metadata: yes\n",
+                  &cfg));
+    CHECK(!cfg.work.allow_metadata_overrides);
+    CHECK(cfg.work.max_cpu_ms == 3600000 && cfg.work.max_sleep_ms == 0 && cfg.work.max_response_bytes == 2147483647u);
+    CHECK(cfg.work.defaults.response_bytes == 2147483647 && cfg.work.defaults.cpu_us == 3600000000u);
+    CHECK(cfg.work.defaults.sleep_us == 0 && cfg.work.defaults.status == 16 && cfg.work.defaults.error_rate == 1.0);
+    CHECK(cfg.work.defaults.echo_metadata);
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    echod_config_free(&cfg);
+
+    /*
+     * per_method entries start from work.defaults and override what they name. The defaults of
+     * the same file count wherever they are written: here after per_method.
+     */
+    CHECK(load_ok("work:\n"
+                  "  per_method:\n"
+                  "    /grpc.examples.echo.Echo/UnaryEcho: { cpu_us: 50 }\n"
+                  "    /grpc.examples.echo.Echo/ServerStreamingEcho: { response_bytes: 0, echo_metadata: false }\n"
+                  "    /grpc.examples.echo.Echo/ClientStreamingEcho: {}\n"
+                  "  defaults: { sleep_us: 7, status: 14, error_rate: 0.5, echo_metadata: true }\n",
+                  &cfg));
+    CHECK(cfg.work.per_method_count == 3);
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    /* Sorted by finish. */
+    CHECK(strcmp(cfg.work.per_method[0].method, "/grpc.examples.echo.Echo/ClientStreamingEcho") == 0);
+    CHECK(strcmp(cfg.work.per_method[2].method, "/grpc.examples.echo.Echo/UnaryEcho") == 0);
+    const echod_work_t *ue = echod_config_method_work(&cfg, "/grpc.examples.echo.Echo/UnaryEcho");
+    CHECK(ue != &cfg.work.defaults && ue->cpu_us == 50);
+    CHECK(ue->sleep_us == 7 && ue->status == 14 && ue->error_rate == 0.5 && ue->echo_metadata);
+    CHECK(ue->response_bytes == -1);
+    const echod_work_t *ss = echod_config_method_work(&cfg, "/grpc.examples.echo.Echo/ServerStreamingEcho");
+    CHECK(ss->response_bytes == 0 && !ss->echo_metadata && ss->sleep_us == 7 && ss->cpu_us == 0);
+    const echod_work_t *cs = echod_config_method_work(&cfg, "/grpc.examples.echo.Echo/ClientStreamingEcho");
+    CHECK(cs != &cfg.work.defaults && memcmp(cs, &cfg.work.defaults, sizeof(*cs)) == 0);
+    CHECK(echod_config_method_work(&cfg, "/grpc.examples.echo.Echo/BidirectionalStreamingEcho") == &cfg.work.defaults);
+    CHECK(echod_config_method_work(&cfg, "/grpc.examples.echo.Echo") == &cfg.work.defaults);
+    /* Both dictionaries are independent. */
+    CHECK(cfg.dispatch.per_method_count == 0);
+    CHECK(echod_config_method_exec(&cfg, "/grpc.examples.echo.Echo/UnaryEcho") == NULL);
+
+    /* A later file's work.per_method replaces the earlier one's whole; its defaults merge. */
+    CHECK(echod_config_load_file(&cfg, write_tmp("work:\n  per_method: {/a.B/C: {status: 3}}\n"), err, sizeof(err)) ==
+          0);
+    CHECK(cfg.work.per_method_count == 1 && strcmp(cfg.work.per_method[0].method, "/a.B/C") == 0);
+    CHECK(cfg.work.per_method[0].work.status == 3 && cfg.work.per_method[0].work.sleep_us == 7);
+    CHECK(cfg.work.defaults.status == 14);
+    /* Entries already read keep what they started from when work.defaults changes later. */
+    CHECK(set(&cfg, "work.defaults.sleep_us=9"));
+    CHECK(cfg.work.per_method[0].work.sleep_us == 7 && cfg.work.defaults.sleep_us == 9);
+    /* A --set field creates an entry from the current defaults; a --set mapping replaces it. */
+    CHECK(set(&cfg, "work.per_method./pkg.Svc/M.cpu_us=5"));
+    CHECK(cfg.work.per_method_count == 2);
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    const echod_work_t *m = echod_config_method_work(&cfg, "/pkg.Svc/M");
+    CHECK(m->cpu_us == 5 && m->sleep_us == 9 && m->status == 14);
+    CHECK(set(&cfg, "work.per_method./pkg.Svc/M.echo_metadata=false"));
+    CHECK(set(&cfg, "work.per_method./a.B/C={error_rate: 0.125}"));
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    m = echod_config_method_work(&cfg, "/pkg.Svc/M");
+    CHECK(m->cpu_us == 5 && !m->echo_metadata);
+    const echod_work_t *c = echod_config_method_work(&cfg, "/a.B/C");
+    CHECK(c->error_rate == 0.125 && c->status == 14 && c->sleep_us == 9);
+    /* {} (or null) clears them all. */
+    CHECK(set(&cfg, "work.per_method={}"));
+    CHECK(cfg.work.per_method_count == 0 && cfg.work.per_method == NULL);
+    CHECK(set(&cfg, "work={per_method: {/x/y: {}}, defaults: {status: 2}}"));
+    CHECK(cfg.work.per_method_count == 1 && cfg.work.per_method[0].work.status == 2);
+    CHECK(set(&cfg, "work.per_method="));
+    CHECK(cfg.work.per_method_count == 0);
+    echod_config_free(&cfg);
+
+    /* --set of the new kinds. */
+    echod_config_init(&cfg);
+    CHECK(set(&cfg, "work.defaults.response_bytes=-1"));
+    CHECK(set(&cfg, "work.defaults.error_rate=0.001"));
+    CHECK(set(&cfg, "work.max_cpu=250ms"));
+    CHECK(set(&cfg, "listen.rest=\"*:8081\""));
+    CHECK(set(&cfg, "work.per_method./grpc.examples.echo.Echo/UnaryEcho.response_bytes=100"));
+    CHECK(cfg.work.defaults.response_bytes == -1 && cfg.work.defaults.error_rate == 0.001);
+    CHECK(cfg.work.max_cpu_ms == 250 && strcmp(cfg.listen.rest, "*:8081") == 0);
+    CHECK(cfg.work.per_method_count == 1 && cfg.work.per_method[0].work.response_bytes == 100);
+    CHECK(set(&cfg, "listen.rest="));
+    CHECK(strcmp(cfg.listen.rest, "") == 0);
+    echod_config_free(&cfg);
+
+    CHECK(set_fails_with("work.defaults.error_rate=nan",
+                         "--set work.defaults.error_rate: expected a number from 0.0 to 1.0 such as 0.001 or 0.25 "
+                         "(decimal notation; not NaN or infinity), got \"nan\""));
+    CHECK(set_fails_with("work.defaults.error_rate=1.5", "--set work.defaults.error_rate: expected a number from 0.0 "
+                                                         "to 1.0"));
+    CHECK(set_fails_with("work.defaults.response_bytes=-2", "--set work.defaults.response_bytes: expected an integer "
+                                                            "from -1 to 2147483647, got \"-2\""));
+    CHECK(set_fails_with("work.per_method./a/b.response_bytes=x",
+                         "--set work.per_method./a/b.response_bytes: expected an integer from -1 to 2147483647, got "
+                         "\"x\""));
+    CHECK(set_fails_with("work.per_method./a/b.cpu_us=3600000001", "--set work.per_method./a/b.cpu_us: expected an "
+                                                                   "integer from 0 to 3600000000"));
+    CHECK(set_fails_with("work.per_method.UnaryEcho.cpu_us=1",
+                         "--set work.per_method.UnaryEcho.cpu_us: expected a method path \"/package.Service/Method\" "
+                         "after work.per_method., got \"UnaryEcho\""));
+    CHECK(set_fails_with("work.per_method./a/b.cpu=1", "--set work.per_method./a/b.cpu: unknown key \"cpu\"; valid "
+                                                       "keys of per_method entry: response_bytes, cpu_us, sleep_us, "
+                                                       "status, error_rate, echo_metadata"));
+    CHECK(set_fails_with("work.per_method./a/b={status: 17}", "--set work.per_method./a/b.status: expected an integer "
+                                                              "from 0 to 16, got \"17\""));
+    CHECK(set_fails_with("work.per_method={/a/b: 5}", "--set work.per_method./a/b: expected a mapping, got \"5\""));
+    CHECK(set_fails_with("work.defaults.cpu_us.x=1", "--set work.defaults.cpu_us.x: work.defaults.cpu_us is not a "
+                                                     "mapping"));
+    CHECK(set_fails_with("work.max_sleep=61m", "--set work.max_sleep: expected a duration up to 60m (an hour) such as "
+                                               "250ms, 10s or 2m"));
+    CHECK(set_fails_with("listen.rest=nowhere", "--set listen.rest: expected \"\" (off) or host:port"));
+    CHECK(set_fails_with("limits.max_connections=lots", "--set limits.max_connections: expected an integer from 0 to "
+                                                        "1000000, got \"lots\""));
+
+    /* File errors below work name the whole path and the place. */
+    CHECK(load_fails_with("work:\n  per_method:\n    /a.B/C: {cpu_us: -5}\n",
+                          ":3:22: work.per_method./a.B/C.cpu_us: expected an integer from 0 to 3600000000, got "
+                          "\"-5\""));
+    CHECK(load_fails_with("work:\n  per_method:\n    /a.B/C:\n      error_rate: .inf\n",
+                          ":4:19: work.per_method./a.B/C.error_rate: expected a number from 0.0 to 1.0"));
+    CHECK(load_fails_with("work:\n  per_method:\n    UnaryEcho: {cpu_us: 1}\n",
+                          ":3:5: work.per_method.UnaryEcho: expected a method path \"/package.Service/Method\" as key, "
+                          "got \"UnaryEcho\""));
+    CHECK(load_fails_with("work: {per_method: {/a/b: {cpu: 1}}}\n",
+                          ":1:28: work.per_method./a/b.cpu: unknown key \"cpu\"; valid keys of per_method entry: "
+                          "response_bytes, cpu_us, sleep_us, status, error_rate, echo_metadata"));
+    CHECK(load_fails_with("work: {per_method: [a]}\n", ":1:20: work.per_method: expected a mapping, got a sequence"));
+    CHECK(load_fails_with("work: {per_method: {/a/b: {}, /a/b: {}}}\n",
+                          ":1:31: work.per_method./a/b: duplicate key \"/a/b\" (first at line 1)"));
+    CHECK(load_fails_with("work:\n  defaults: {cpu: 1}\n", ":2:14: work.defaults.cpu: unknown key \"cpu\"; valid keys "
+                                                           "of defaults: response_bytes, cpu_us"));
+    CHECK(load_fails_with("work:\n  max_cpu: 61m\n", ":2:12: work.max_cpu: expected a duration up to 60m (an hour) "
+                                                     "such as 250ms, 10s or 2m (a bare number is milliseconds), got "
+                                                     "\"61m\""));
+    CHECK(load_fails_with("work: {max_sleep: 3600001}\n", ":1:19: work.max_sleep: expected a duration up to 60m"));
+    CHECK(load_fails_with("work: {max_response_bytes: 2147483648}\n",
+                          ":1:28: work.max_response_bytes: expected an integer from 0 to 2147483647"));
+    CHECK(load_fails_with("work: {allow_metadata_overrides: 1}\n",
+                          ":1:34: work.allow_metadata_overrides: expected a boolean"));
+    CHECK(load_fails_with("work: {defaults: {status: 17}}\n",
+                          ":1:27: work.defaults.status: expected an integer from 0 to 16, got \"17\""));
+    CHECK(load_fails_with("work: {defaults: {echo_metadata: maybe}}\n",
+                          ":1:34: work.defaults.echo_metadata: expected a boolean"));
+    /* An error in an entry is found after the defaults of the same mapping were applied, not before. */
+    CHECK(load_fails_with("work:\n  per_method: {/a/b: {status: x}}\n  defaults: {status: y}\n",
+                          ":3:22: work.defaults.status: expected an integer from 0 to 16, got \"y\""));
+}
+
 static void test_durations(void)
 {
     uint64_t ms = 7;
@@ -373,10 +756,13 @@ static void test_file_errors(void)
                           ":2:12: executor.threads: expected an integer from 0 to 1024, got \"many\""));
     /* Unknown keys name the key and list the valid ones of that mapping. */
     CHECK(load_fails_with("foo: 1\n", ":1:1: foo: unknown key \"foo\"; valid keys at the top level: arm, listen, tls, "
-                                      "io, transport, executor, dispatch, echo, shutdown, log"));
+                                      "io, transport, limits, executor, dispatch, echo, work, telemetry, shutdown, "
+                                      "log"));
     CHECK(load_fails_with("transport:\n  flush: immediate\n  foo: 1\n",
                           ":3:3: transport.foo: unknown key \"foo\"; valid keys of transport: max_concurrent_streams, "
-                          "max_receive_message_bytes, initial_window_bytes, max_send_buffer_bytes, flush"));
+                          "max_receive_message_bytes, initial_window_bytes, max_send_buffer_bytes, flush, "
+                          "max_header_list_bytes, max_resets_per_second, handshake_timeout, idle_timeout, "
+                          "max_connection_age, max_connection_age_grace"));
     CHECK(load_fails_with("dispatch:\n  per_method:\n    /a.B/C: {mode: fixed, thread: 2}\n",
                           ":3:27: dispatch.per_method./a.B/C.thread: unknown key \"thread\"; valid keys of per_method "
                           "entry: mode, threads, max_threads, keep_alive"));
@@ -497,6 +883,18 @@ static void test_atomic(void)
     CHECK(echod_config_set(&cfg, "dispatch.per_method./a/b.threads=x", err, sizeof(err)) == -1);
     CHECK(echod_config_set(&cfg, "dispatch.per_method./a/b={mode: fixed, threads: x}", err, sizeof(err)) == -1);
     CHECK(echod_config_set(&cfg, "transport={flush: immediate, max_concurrent_streams: 0}", err, sizeof(err)) == -1);
+    CHECK(same_dump(&cfg, &def));
+    /* The same for the new kinds and the work dictionary. */
+    CHECK(echod_config_load_file(&cfg,
+                                 write_tmp("listen: {rest: \":9\"}\nwork:\n  defaults: {cpu_us: 5}\n"
+                                           "  per_method: {/a/b: {status: 2}, /c/d: {error_rate: 2}}\n"),
+                                 err, sizeof(err)) == -1);
+    CHECK(same_dump(&cfg, &def));
+    CHECK(echod_config_set(&cfg, "work.per_method./a/b.error_rate=.nan", err, sizeof(err)) == -1);
+    CHECK(echod_config_set(&cfg, "work.per_method./a/b={response_bytes: 1, status: 99}", err, sizeof(err)) == -1);
+    CHECK(echod_config_set(&cfg, "work={defaults: {response_bytes: 7}, per_method: {/a/b: {cpu: 1}}}", err,
+                           sizeof(err)) == -1);
+    CHECK(cfg.work.per_method_count == 0 && cfg.work.defaults.response_bytes == -1);
     CHECK(same_dump(&cfg, &def));
     echod_config_free(&cfg);
     echod_config_free(&def);
@@ -631,18 +1029,149 @@ static void test_finish(void)
     CHECK(finish_fails_with(&cfg, "(built-in defaults): listen.grpc: expected host:port"));
     echod_config_free(&cfg);
 
+    /* listen.rest, when set, must keep clear of both other listeners, by the same rule. */
+    echod_config_init(&cfg);
+    CHECK(set(&cfg, "listen.rest=\"*:50051\""));
+    CHECK(finish_fails_with(&cfg, "(built-in defaults): listen.rest and listen.grpc: both bind port 50051 on "
+                                  "overlapping addresses (\"*:50051\" and \"0.0.0.0:50051\"); give the REST listener "
+                                  "its own port"));
+    CHECK(set(&cfg, "listen.rest=127.0.0.1:8080"));
+    CHECK(finish_fails_with(&cfg, "listen.rest and listen.admin: both bind port 8080 on overlapping addresses "
+                                  "(\"127.0.0.1:8080\" and \"0.0.0.0:8080\")"));
+    CHECK(set(&cfg, "listen={grpc: \"127.0.0.1:1\", admin: \"127.0.0.1:2\", rest: \"127.0.0.1:2\"}"));
+    CHECK(finish_fails_with(&cfg, "listen.rest and listen.admin: both bind port 2"));
+    CHECK(set(&cfg, "listen.rest=\"[::]:1\""));
+    CHECK(finish_fails_with(&cfg, "listen.rest and listen.grpc: both bind port 1"));
+    CHECK(set(&cfg, "listen.rest=127.0.0.2:1"));
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    CHECK(set(&cfg, "listen.rest=127.0.0.1:3"));
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    /* Off never collides, even where the port would. */
+    CHECK(set(&cfg, "listen={grpc: \"*:9\", admin: \"*:10\", rest: \"\"}"));
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    free(cfg.listen.rest);
+    cfg.listen.rest = strdup("nowhere");
+    CHECK(finish_fails_with(&cfg, "(built-in defaults): listen.rest: expected host:port with port 1..65535"));
+    CHECK(finish_fails_with(&cfg, "or \"\" for no REST listener, got \"nowhere\""));
+    echod_config_free(&cfg);
+
+    /* Work caps: defaults and every per_method entry, the message names the key and the cap. */
+    echod_config_init(&cfg);
+    CHECK(set(&cfg, "work.defaults.cpu_us=10000000") && set(&cfg, "work.defaults.sleep_us=10000000"));
+    CHECK(set(&cfg, "work.defaults.response_bytes=4194304"));
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    CHECK(set(&cfg, "work.defaults.cpu_us=10000001"));
+    CHECK(finish_fails_with(&cfg, "(built-in defaults): work.defaults.cpu_us: 10000001 us is more than work.max_cpu "
+                                  "allows (10s = 10000000 us); raise work.max_cpu or lower the value"));
+    CHECK(set(&cfg, "work.max_cpu=11s"));
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    CHECK(set(&cfg, "work.per_method./grpc.examples.echo.Echo/UnaryEcho.sleep_us=10000001"));
+    CHECK(finish_fails_with(&cfg, "(built-in defaults): work.per_method./grpc.examples.echo.Echo/UnaryEcho.sleep_us: "
+                                  "10000001 us is more than work.max_sleep allows (10s = 10000000 us); raise "
+                                  "work.max_sleep or lower the value"));
+    CHECK(set(&cfg, "work.max_sleep=1500ms"));
+    CHECK(finish_fails_with(&cfg, "work.defaults.sleep_us: 10000000 us is more than work.max_sleep allows (1500ms = "
+                                  "1500000 us)"));
+    CHECK(set(&cfg, "work.max_sleep=60m"));
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    CHECK(set(&cfg, "work.max_response_bytes=4194303"));
+    CHECK(finish_fails_with(&cfg, "(built-in defaults): work.defaults.response_bytes: 4194304 is outside -1..4194303, "
+                                  "where the top is work.max_response_bytes"));
+    CHECK(set(&cfg, "work.max_response_bytes=0") && set(&cfg, "work.defaults.response_bytes=-1"));
+    CHECK(set(&cfg, "work.per_method./grpc.examples.echo.Echo/UnaryEcho.response_bytes=1"));
+    CHECK(finish_fails_with(&cfg, "work.per_method./grpc.examples.echo.Echo/UnaryEcho.response_bytes: 1 is outside "
+                                  "-1..0"));
+    CHECK(set(&cfg, "work.per_method./grpc.examples.echo.Echo/UnaryEcho.response_bytes=0"));
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    /* A zero cap allows only zero. The entry took cpu_us 10000001 from the defaults when it was made. */
+    CHECK(set(&cfg, "work.max_cpu=0"));
+    CHECK(finish_fails_with(&cfg, "work.defaults.cpu_us: 10000001 us is more than work.max_cpu allows (0ms = 0 us)"));
+    CHECK(set(&cfg, "work.defaults.cpu_us=0"));
+    CHECK(finish_fails_with(&cfg, "work.per_method./grpc.examples.echo.Echo/UnaryEcho.cpu_us: 10000001 us is more "
+                                  "than work.max_cpu allows (0ms = 0 us)"));
+    CHECK(set(&cfg, "work.per_method./grpc.examples.echo.Echo/UnaryEcho.cpu_us=0"));
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    /* What a caller writes into the struct directly is checked too. */
+    cfg.work.defaults.error_rate = 0.0 / 0.0;
+    CHECK(finish_fails_with(&cfg, "work.defaults.error_rate: expected a number from 0.0 to 1.0"));
+    cfg.work.defaults.error_rate = 1.5;
+    CHECK(finish_fails_with(&cfg, "work.defaults.error_rate: expected a number from 0.0 to 1.0, got 1.5"));
+    cfg.work.defaults.error_rate = 0.0;
+    cfg.work.per_method[0].work.status = 17;
+    CHECK(finish_fails_with(&cfg, "work.per_method./grpc.examples.echo.Echo/UnaryEcho.status: expected a gRPC status "
+                                  "code from 0 to 16, got 17"));
+    cfg.work.per_method[0].work.status = 0;
+    cfg.work.defaults.response_bytes = -2;
+    CHECK(finish_fails_with(&cfg, "work.defaults.response_bytes: -2 is outside -1..0"));
+    cfg.work.defaults.response_bytes = -1;
+    cfg.work.per_method[0].method[0] = 'x';
+    CHECK(finish_fails_with(&cfg, "(built-in defaults): work.per_method: expected a method path "
+                                  "\"/package.Service/Method\" as key, got \"xgrpc.examples.echo.Echo/UnaryEcho\""));
+    echod_config_free(&cfg);
+
+    /* A file's caps error names the file. */
+    echod_config_init(&cfg);
+    const char *capped = write_tmp("work: {max_cpu: 1ms, per_method: {/a/b: {cpu_us: 1001}}}\n");
+    CHECK(echod_config_load_file(&cfg, capped, err, sizeof(err)) == 0);
+    char want[512];
+    snprintf(want, sizeof(want),
+             "%s: work.per_method./a/b.cpu_us: 1001 us is more than work.max_cpu allows (1ms = "
+             "1000 us)",
+             capped);
+    CHECK(finish_fails_with(&cfg, want));
+    echod_config_free(&cfg);
+
     /* The digest follows the effective config, not the order entries were given in. */
     echod_config_t a, b;
     echod_config_init(&a);
     echod_config_init(&b);
     CHECK(set(&a, "dispatch.per_method./a/b.threads=1") && set(&a, "dispatch.per_method./c/d.threads=2"));
     CHECK(set(&b, "dispatch.per_method./c/d.threads=2") && set(&b, "dispatch.per_method./a/b.threads=1"));
+    CHECK(set(&a, "work.per_method./a/b.cpu_us=1") && set(&a, "work.per_method./c/d.cpu_us=2"));
+    CHECK(set(&b, "work.per_method./c/d.cpu_us=2") && set(&b, "work.per_method./a/b.cpu_us=1"));
     CHECK(echod_config_finish(&a, err, sizeof(err)) == 0 && echod_config_finish(&b, err, sizeof(err)) == 0);
     CHECK(strcmp(a.sha256, b.sha256) == 0);
     CHECK(set(&b, "dispatch.per_method./c/d.threads=3"));
     CHECK(b.sha256[0] == '\0');
     CHECK(echod_config_finish(&b, err, sizeof(err)) == 0);
     CHECK(strlen(b.sha256) == 64 && strcmp(a.sha256, b.sha256) != 0);
+    /* Every new key is in the digest, floats to the last bit. */
+    CHECK(set(&b, "dispatch.per_method./c/d.threads=2"));
+    CHECK(echod_config_finish(&b, err, sizeof(err)) == 0 && strcmp(a.sha256, b.sha256) == 0);
+    const char *changes[] = {"listen.rest=:9",
+                             "transport.max_header_list_bytes=2048",
+                             "transport.max_resets_per_second=0",
+                             "transport.handshake_timeout=0",
+                             "transport.idle_timeout=1",
+                             "transport.max_connection_age=1",
+                             "transport.max_connection_age_grace=1",
+                             "limits.max_calls_in_flight=1",
+                             "limits.max_connections=1",
+                             "work.allow_metadata_overrides=false",
+                             "work.max_cpu=1",
+                             "work.max_sleep=1",
+                             "work.max_response_bytes=1",
+                             "work.defaults.response_bytes=0",
+                             "work.defaults.status=1",
+                             "work.defaults.error_rate=0.1",
+                             "work.defaults.echo_metadata=true",
+                             "work.per_method./c/d.sleep_us=1",
+                             "telemetry.timing_trailer=false",
+                             "shutdown.announce=1"};
+    for (size_t i = 0; i < sizeof(changes) / sizeof(changes[0]); i++) {
+        echod_config_t c;
+        echod_config_init(&c);
+        CHECK(echod_config_load_file(&c, write_tmp(dump_str_tmp(&a)), err, sizeof(err)) == 0);
+        CHECK(set(&c, changes[i]));
+        CHECK(echod_config_finish(&c, err, sizeof(err)) == 0);
+        if (strcmp(c.sha256, a.sha256) == 0)
+            fprintf(stderr, "digest unchanged by %s\n", changes[i]);
+        CHECK(strlen(c.sha256) == 64 && strcmp(c.sha256, a.sha256) != 0);
+        echod_config_free(&c);
+    }
+    CHECK(set(&a, "work.defaults.error_rate=0.1") && set(&b, "work.defaults.error_rate=0.10000000000000002"));
+    CHECK(echod_config_finish(&a, err, sizeof(err)) == 0 && echod_config_finish(&b, err, sizeof(err)) == 0);
+    CHECK(strcmp(a.sha256, b.sha256) != 0);
     echod_config_free(&a);
     echod_config_free(&b);
 }
@@ -669,7 +1198,20 @@ static void test_round_trip(void)
                           "dispatch.per_method./grpc.examples.echo.Echo/BidirectionalStreamingEcho.mode=fixed",
                           "echo.server_streaming_count=3",
                           "shutdown.drain_timeout=0",
-                          "log={level: debug, format: json}"};
+                          "log={level: debug, format: json}",
+                          "listen.rest=\"[::1]:3\"",
+                          "transport={max_header_list_bytes: 1024, max_resets_per_second: 0, handshake_timeout: 0, "
+                          "idle_timeout: 90s, max_connection_age: 1500, max_connection_age_grace: 2m}",
+                          "limits={max_calls_in_flight: 12, max_connections: 13}",
+                          "work={allow_metadata_overrides: off, max_cpu: 60m, max_sleep: 1, max_response_bytes: 99}",
+                          "work.defaults={response_bytes: 99, cpu_us: 3600000000, sleep_us: 1000, status: 16, "
+                          "error_rate: 0.1, echo_metadata: true}",
+                          "work.per_method./grpc.examples.echo.Echo/UnaryEcho={response_bytes: -1, error_rate: 1e-5}",
+                          "work.per_method./grpc.examples.echo.Echo/ServerStreamingEcho.error_rate=0.30000000000000004",
+                          "work.per_method./a.B/C={error_rate: 0.3333333333333333, status: 0, cpu_us: 0}",
+                          "work.per_method./a.B/D={error_rate: 1}",
+                          "telemetry.timing_trailer=no",
+                          "shutdown.announce=1001"};
     for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++)
         CHECK(set(&a, sets[i]));
     CHECK(strcmp(a.arm, "odd \"name\" \\ x") == 0);
@@ -683,6 +1225,36 @@ static void test_round_trip(void)
     CHECK(strcmp(a.sha256, b.sha256) == 0);
     CHECK(b.executor.keep_alive_ms == 1250 && b.shutdown.drain_timeout_ms == 0);
     CHECK(b.dispatch.per_method_count == 2);
+    CHECK(strcmp(b.listen.rest, "[::1]:3") == 0);
+    CHECK(b.transport.max_header_list_bytes == 1024 && b.transport.max_resets_per_second == 0);
+    CHECK(b.transport.handshake_timeout_ms == 0 && b.transport.idle_timeout_ms == 90000);
+    CHECK(b.transport.max_connection_age_ms == 1500 && b.transport.max_connection_age_grace_ms == 120000);
+    CHECK(b.limits.max_calls_in_flight == 12 && b.limits.max_connections == 13);
+    CHECK(!b.work.allow_metadata_overrides && b.work.max_cpu_ms == 3600000 && b.work.max_sleep_ms == 1);
+    CHECK(b.work.max_response_bytes == 99 && b.work.defaults.response_bytes == 99);
+    CHECK(b.work.defaults.cpu_us == 3600000000u && b.work.defaults.sleep_us == 1000 && b.work.defaults.status == 16);
+    CHECK(b.work.defaults.error_rate == 0.1 && b.work.defaults.echo_metadata);
+    CHECK(!b.telemetry.timing_trailer && b.shutdown.announce_ms == 1001);
+    CHECK(b.work.per_method_count == 4);
+    for (size_t i = 0; i < b.work.per_method_count && i < a.work.per_method_count; i++) {
+        CHECK(strcmp(a.work.per_method[i].method, b.work.per_method[i].method) == 0);
+        CHECK(memcmp(&a.work.per_method[i].work.error_rate, &b.work.per_method[i].work.error_rate, sizeof(double)) ==
+              0);
+    }
+    CHECK(echod_config_method_work(&b, "/grpc.examples.echo.Echo/UnaryEcho")->error_rate == 1e-5);
+    CHECK(echod_config_method_work(&b, "/grpc.examples.echo.Echo/UnaryEcho")->response_bytes == -1);
+    CHECK(echod_config_method_work(&b, "/grpc.examples.echo.Echo/UnaryEcho")->cpu_us == 3600000000u);
+    CHECK(echod_config_method_work(&b, "/grpc.examples.echo.Echo/ServerStreamingEcho")->error_rate ==
+          0.30000000000000004);
+    CHECK(echod_config_method_work(&b, "/a.B/C")->error_rate == 1.0 / 3.0);
+    /* Floats: the shortest text that reads back exactly, always with a '.' (a float to YAML 1.1 too). */
+    CHECK(strstr(text, "    error_rate: 0.1\n") != NULL);
+    CHECK(strstr(text, "      error_rate: 1.0e-05\n") != NULL);
+    CHECK(strstr(text, "      error_rate: 0.30000000000000004\n") != NULL);
+    CHECK(strstr(text, "      error_rate: 0.3333333333333333\n") != NULL);
+    CHECK(strstr(text, "      error_rate: 1.0\n") != NULL);
+    CHECK(strstr(text, "    response_bytes: -1\n") != NULL);
+    CHECK(strstr(text, "  rest: \"[::1]:3\"\n") != NULL);
     /* Fully explicit: every key is written, including defaults. */
     CHECK(strstr(text, "  coalesce_end_stream: true\n") != NULL);
     CHECK(strstr(text, "  merge_lookup_and_start: false\n") != NULL);
@@ -695,12 +1267,58 @@ static void test_round_trip(void)
     text = dump_str(&a);
     CHECK(strstr(text, "per_method: {}\n") != NULL);
     CHECK(strstr(text, "keep_alive: 60s\n") != NULL && strstr(text, "drain_timeout: 10s\n") != NULL);
+    CHECK(strstr(text, "  rest: \"\"\n") != NULL && strstr(text, "    error_rate: 0.0\n") != NULL);
+    CHECK(strstr(text, "  idle_timeout: 0ms\n") != NULL && strstr(text, "  handshake_timeout: 10s\n") != NULL);
     echod_config_init(&b);
     CHECK(echod_config_load_file(&b, write_tmp(text), err, sizeof(err)) == 0);
     CHECK(same_dump(&a, &b));
     free(text);
     echod_config_free(&a);
     echod_config_free(&b);
+
+    /* Any ratio survives dump -> load bit for bit: awkward values, then a pseudo-random spread. */
+    double values[600];
+    size_t n = 0;
+    const double fixed[] = {0.0,     1.0,
+                            0.5,     0.1,
+                            0.2,     0.7,
+                            1e-300,  4.9406564584124654e-324,
+                            1e-17,   0.9999999999999999,
+                            1.0 / 3, 2.0 / 3,
+                            1.0 / 7, 0.123456789012345678};
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        values[n++] = fixed[i];
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    while (n < sizeof(values) / sizeof(values[0])) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        double v = (double)(x >> 11) / 9007199254740992.0; /* [0, 1) with all 53 bits */
+        if (n % 3 == 1)
+            v /= 1e6; /* small rates, as used for rare failures */
+        values[n++] = v;
+    }
+    int exact = 1;
+    for (size_t i = 0; i < n; i++) {
+        char assignment[96];
+        snprintf(assignment, sizeof(assignment), "work.defaults.error_rate=%.17g", values[i]);
+        echod_config_init(&a);
+        echod_config_init(&b);
+        if (!set(&a, assignment) || a.work.defaults.error_rate != values[i]) {
+            exact = 0;
+            fprintf(stderr, "%s did not read back exactly\n", assignment);
+        }
+        text = dump_str(&a);
+        if (echod_config_load_file(&b, write_tmp(text), err, sizeof(err)) != 0 ||
+            memcmp(&a.work.defaults.error_rate, &b.work.defaults.error_rate, sizeof(double)) != 0) {
+            exact = 0;
+            fprintf(stderr, "%.17g did not survive dump -> load: %s\n", values[i], err);
+        }
+        free(text);
+        echod_config_free(&a);
+        echod_config_free(&b);
+    }
+    CHECK(exact);
 }
 
 int main(void)
@@ -717,6 +1335,9 @@ int main(void)
     test_file_errors();
     test_unreadable();
     test_atomic();
+    test_service_keys();
+    test_int_and_ratio();
+    test_work();
     test_set();
     test_finish();
     test_round_trip();
