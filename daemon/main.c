@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "admin/admin.h"
 #include "config/config.h"
@@ -87,25 +88,32 @@ int main(int argc, char **argv)
             break;
         case 'v':
             printf("echod %s\n", ECHOD_VERSION);
+            free(sets);
             return 0;
         case 'h':
             usage(stdout);
+            free(sets);
             return 0;
         default:
             usage(stderr);
+            free(sets);
             return EXIT_CONFIG;
         }
     }
     if (optind != argc) {
         fprintf(stderr, "echod: unexpected argument \"%s\"\n", argv[optind]);
         usage(stderr);
+        free(sets);
         return EXIT_CONFIG;
     }
 
     static echod_config_t cfg;
-    if (build_config(&cfg, config_path, sets, nsets) != 0)
-        return EXIT_CONFIG;
+    int rv = build_config(&cfg, config_path, sets, nsets);
     free(sets);
+    if (rv != 0) {
+        echod_config_free(&cfg);
+        return EXIT_CONFIG;
+    }
     if (check_only) {
         echod_config_dump(&cfg, stdout);
         echod_config_free(&cfg);
@@ -164,14 +172,25 @@ int main(int argc, char **argv)
 
     int sig = 0;
     sigwait(&sigs, &sig);
-    echod_info("signal %d: draining (up to %llu ms)", sig, (unsigned long long)cfg.shutdown.drain_timeout_ms);
+    /* Kubernetes removes the pod from endpoints only after readiness fails: keep serving for
+     * shutdown.announce while /readyz says 503, then GOAWAY. A second signal cuts it short. */
     echod_admin_set_draining(admin);
+    if (cfg.shutdown.announce_ms != 0) {
+        echod_info("signal %d: not ready; announcing for %llu ms before GOAWAY", sig,
+                   (unsigned long long)cfg.shutdown.announce_ms);
+        struct timespec wait = {(time_t)(cfg.shutdown.announce_ms / 1000),
+                                (long)(cfg.shutdown.announce_ms % 1000) * 1000000};
+        if (sigtimedwait(&sigs, NULL, &wait) > 0)
+            echod_info("second signal: skipping the rest of shutdown.announce");
+    }
+    echod_info("signal %d: draining (up to %llu ms)", sig, (unsigned long long)cfg.shutdown.drain_timeout_ms);
     for (unsigned i = 0; i != nloops; i++)
         echod_loop_shutdown(loops[i]);
     for (unsigned i = 0; i != nloops; i++)
         echod_loop_join(loops[i]);
-    echod_dispatcher_dispose(&server.dispatcher);
+    /* the admin thread reads executor gauges: stop it before the executors go */
     echod_admin_stop(admin);
+    echod_dispatcher_dispose(&server.dispatcher);
     echod_registry_dispose(&server.registry);
     if (server.ssl_ctx != NULL)
         SSL_CTX_free(server.ssl_ctx);

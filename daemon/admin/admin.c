@@ -9,6 +9,7 @@
  * The main thread only touches the plain listening fd (so bind errors are reported
  * synchronously), the atomic flags, and the multithread receiver used to wake the loop.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -106,10 +107,47 @@ static int path_is(h2o_req_t *req, const char *path)
     return h2o_memis(req->path_normalized.base, req->path_normalized.len, path, strlen(path));
 }
 
+/*
+ * POST /admin/mark?stage=NAME: names the ramp stage in /metrics (echod_stage_info) so scrapes
+ * can be cut at stage boundaries. NAME: 1-100 characters of [A-Za-z0-9._:-].
+ */
+static int on_mark(h2o_req_t *req)
+{
+    if (!h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"))) {
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW, NULL, H2O_STRLIT("POST"));
+        respond_text(req, 405, "Method Not Allowed", "use POST /admin/mark?stage=NAME\n");
+        return 0;
+    }
+    char name[128] = "";
+    if (req->query_at != SIZE_MAX) {
+        const char *q = req->path.base + req->query_at + 1, *end = req->path.base + req->path.len;
+        while (q < end) {
+            const char *amp = memchr(q, '&', (size_t)(end - q));
+            const char *stop = amp != NULL ? amp : end;
+            if (stop - q > 6 && memcmp(q, "stage=", 6) == 0 && stop - q - 6 < (ptrdiff_t)sizeof(name))
+                snprintf(name, sizeof(name), "%.*s", (int)(stop - q - 6), q + 6);
+            q = stop + 1;
+        }
+    }
+    size_t len = strlen(name);
+    int ok = len > 0 && len <= 100;
+    for (size_t i = 0; ok && i < len; i++)
+        ok = isalnum((unsigned char)name[i]) || strchr("._:-", name[i]) != NULL;
+    if (!ok) {
+        respond_text(req, 400, "Bad Request", "expected ?stage=NAME, 1-100 characters of [A-Za-z0-9._:-]\n");
+        return 0;
+    }
+    echod_metrics_mark_stage(name);
+    respond_text(req, 200, "OK", "marked\n");
+    return 0;
+}
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     echod_admin_t *admin = ((admin_handler_t *)self)->admin;
 
+    if (path_is(req, "/admin/mark"))
+        return on_mark(req);
     int known = path_is(req, "/metrics") || path_is(req, "/healthz") || path_is(req, "/readyz");
     if (!known) {
         respond_text(req, 404, "Not Found", "not found\n");

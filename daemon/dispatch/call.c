@@ -59,6 +59,11 @@ void echod_call_release(echod_call_t *call)
     }
     free(call->io.path);
     free(call->io.status_message);
+    free(call->io.hdr.meta);
+    free(call->io.hdr.work_error);
+    free(call->work_error);
+    if (call->admitted)
+        atomic_fetch_sub_explicit(&echod_metrics.calls_admitted, 1, memory_order_relaxed);
     echod_loop_t *loop = call->loop;
     echod_conn_release(call->conn);
     atomic_fetch_sub_explicit(&echod_metrics.calls_in_flight, 1, memory_order_relaxed);
@@ -99,7 +104,13 @@ static void do_start(echod_call_t *call)
 {
     if (call->method == NULL || echod_call_is_cancelled(call))
         return;
+    atomic_store_explicit(&call->handler_started, 1, memory_order_release);
     ECHOD_COUNT(echod_metrics.methods[call->method->metrics_index].started);
+    /* like a server interceptor: a malformed echod-* header fails the call before the handler */
+    if (call->work_error != NULL) {
+        echod_call_close(call, ECHOD_INVALID_ARGUMENT, call->work_error);
+        return;
+    }
     call->method->on_start(call);
 }
 
@@ -115,8 +126,11 @@ static void do_message(echod_call_t *call, echod_msg_t *msg)
         echod_msg_free(msg);
         return;
     }
-    ECHOD_COUNT(echod_metrics.methods[call->method->metrics_index].msg_received);
+    echod_method_metrics_t *mm = &echod_metrics.methods[call->method->metrics_index];
+    ECHOD_COUNT(mm->msg_received);
+    uint64_t t0 = echod_now_ns();
     call->method->on_message(call, msg);
+    echod_histogram_observe(&mm->msg_handling, (echod_now_ns() - t0) / 1000);
 }
 
 static void do_half_close(echod_call_t *call)
@@ -136,18 +150,34 @@ static void do_closed(echod_call_t *call)
     }
 }
 
+static void run_step(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *msg);
+
 static void step_run(echod_step_t *step)
 {
     echod_call_step_t *cs = (echod_call_step_t *)step;
     echod_call_t *call = cs->call;
     echod_step_kind_t kind = cs->kind;
     echod_msg_t *msg = cs->msg;
+    uint64_t submitted = cs->submitted_ns;
     free(cs);
     if (echod_loop_current() == call->loop)
         ECHOD_COUNT(echod_metrics.step_runs_loop);
     else
         ECHOD_COUNT(echod_metrics.step_runs_worker);
+    if (submitted != 0) {
+        call->step_started_ns = echod_now_ns();
+        call->queue_ns += call->step_started_ns - submitted;
+    }
+    run_step(call, kind, msg);
+    /* the serializer holds a reference while a step runs, so the call is still here */
+    if (submitted != 0 && kind != ECHOD_STEP_CLOSED) {
+        call->handler_ns += echod_now_ns() - call->step_started_ns;
+        call->step_started_ns = 0;
+    }
+}
 
+static void run_step(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *msg)
+{
     switch (kind) {
     case ECHOD_STEP_METHOD_LOOKUP:
         do_lookup(call);
@@ -190,6 +220,7 @@ void echod_call_submit(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *
     cs->call = call;
     cs->kind = kind;
     cs->msg = msg;
+    cs->submitted_ns = call->server->cfg->telemetry.timing_trailer ? echod_now_ns() : 0;
     ECHOD_COUNT(echod_metrics.steps[kind]);
     echod_serializer_submit(&call->serializer, &cs->super);
 }
@@ -237,7 +268,7 @@ static void report_deframe_error(echod_call_t *call)
         break;
     }
     atomic_store_explicit(&call->cancelled, 1, memory_order_release);
-    echod_conn_close_call(call, code, msg);
+    echod_conn_close_call(call, code, msg, NULL);
 }
 
 static void pump_once(echod_call_t *call)
@@ -279,7 +310,8 @@ static void pump_once(echod_call_t *call)
     if (call->io.end_stream && !call->io.half_close_submitted && call->io.deframer.count == 0) {
         call->io.half_close_submitted = 1;
         if (echod_deframer_partial(&call->io.deframer))
-            echod_conn_close_call(call, ECHOD_INTERNAL, "Incomplete message: END_STREAM in the middle of a message");
+            echod_conn_close_call(call, ECHOD_INTERNAL, "Incomplete message: END_STREAM in the middle of a message",
+                                  NULL);
         else
             echod_call_submit(call, ECHOD_STEP_HALF_CLOSED, NULL);
     }
@@ -338,7 +370,7 @@ static void call_task_run(echod_loop_msg_t *m)
         echod_conn_send_message(t->call, t->msg);
         break;
     case ECHOD_LOOP_TASK_CLOSE:
-        echod_conn_close_call(t->call, t->code, t->message);
+        echod_conn_close_call(t->call, t->code, t->message, t->call->h.timing);
         free(t->message);
         break;
     case ECHOD_LOOP_TASK__COUNT:
@@ -399,8 +431,15 @@ void echod_call_close(echod_call_t *call, int code, const char *message)
     if (call->h.closed)
         return;
     call->h.closed = 1;
+    if (call->server->cfg->telemetry.timing_trailer) {
+        uint64_t now = echod_now_ns();
+        uint64_t handler = call->handler_ns + (call->step_started_ns != 0 ? now - call->step_started_ns : 0);
+        snprintf(call->h.timing, sizeof(call->h.timing), "queue=%lluus;handler=%lluus;total=%lluus",
+                 (unsigned long long)(call->queue_ns / 1000), (unsigned long long)(handler / 1000),
+                 (unsigned long long)((now - call->started_ns) / 1000));
+    }
     if (on_own_loop(call)) {
-        echod_conn_close_call(call, code, message);
+        echod_conn_close_call(call, code, message, call->h.timing);
         return;
     }
     call_task_t *t = post_task(call, ECHOD_LOOP_TASK_CLOSE);

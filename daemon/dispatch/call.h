@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <h2o/timeout.h>
+#include "config/config.h"
 #include "dispatch/serializer.h"
 #include "dispatch/step.h"
 #include "grpc/deframe.h"
@@ -33,6 +34,7 @@ typedef struct {
     echod_call_t *call;
     echod_step_kind_t kind;
     echod_msg_t *msg;
+    uint64_t submitted_ns; /* for the queue part of echod-timing; 0 when timing is off */
 } echod_call_step_t;
 
 struct echod_call {
@@ -45,10 +47,18 @@ struct echod_call {
     const echod_method_t *method; /* set by method_lookup (NULL while unknown) */
     uint64_t started_ns;
     int final_code; /* the status the call ended with: written by the loop before `closed` */
+    /* Synthetic work for this call: resolved on the loop when HEADERS completes, read-only after. */
+    echod_work_t work;
+    char *work_error;  /* "echod-cpu-us: ..." when a work header was malformed: INVALID_ARGUMENT */
+    unsigned admitted : 1;      /* counted against limits.max_calls_in_flight */
+    atomic_int handler_started; /* start_call ran: a deadline after this was not "expired in queue" */
+    /* Server timing (telemetry.timing_trailer): steps add to these inside the serializer. */
+    uint64_t queue_ns, handler_ns, step_started_ns;
     echod_serializer_t serializer;
 
     struct {
         void *state;       /* the method's own */
+        char timing[96];   /* echod-timing value, filled by echod_call_close */
         int wants_ready;   /* the handler is waiting for on_ready */
         int closed;        /* echod_call_close was called */
     } h;
@@ -60,6 +70,11 @@ struct echod_call {
         struct {
             unsigned method_seen : 1, is_post : 1, ct_seen : 1, ct_ok : 1, enc_unsupported : 1, timeout_bad : 1;
             uint64_t timeout_ns; /* 0 = no grpc-timeout */
+            echod_work_t work;   /* echod-* overrides, valid where `work_set` has the bit */
+            unsigned work_set;   /* 1 << ECHOD_WORK_* */
+            char *work_error;
+            char *meta;          /* custom request metadata, "name\0value\0" pairs, for echo_metadata */
+            size_t meta_len, meta_count;
         } hdr; /* request headers, checked once HEADERS is complete */
         echod_deframer_t deframer;
         uint32_t requested;   /* messages the handler asked for and has not been given */
@@ -68,8 +83,9 @@ struct echod_call {
         unsigned started : 1, end_stream : 1, half_close_submitted : 1, ready_due : 1, closed : 1,
             close_submitted : 1, headers_sent : 1, trailers_queued : 1, trailers_sent : 1, touched : 1,
             deframe_failed : 1, deframe_reported : 1, data_deferred : 1, expired : 1, pumping : 1, repump : 1,
-            rejected : 1, in_conn : 1;
+            rejected : 1, in_conn : 1, drain_open : 1, drain_cut : 1;
         uint32_t rst_after_trailers; /* RST_STREAM code to send once the trailers left, 0 = none */
+        const char *timing;          /* echod-timing for the trailers (points into h.timing) */
         size_t out_queued;           /* bytes in out_head..out_tail not yet sent */
         int status_code;     /* trailers to send once the write queue is empty */
         char *status_message;

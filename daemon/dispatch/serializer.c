@@ -13,20 +13,25 @@ static void mpsc_push(echod_serializer_t *s, echod_step_t *step)
     atomic_store_explicit(&prev->next, step, memory_order_release);
 }
 
+static void set_tail(echod_serializer_t *s, echod_step_t *t)
+{
+    atomic_store_explicit(&s->tail, t, memory_order_relaxed);
+}
+
 static echod_step_t *mpsc_pop(echod_serializer_t *s)
 {
     for (;;) {
-        echod_step_t *tail = s->tail;
+        echod_step_t *tail = atomic_load_explicit(&s->tail, memory_order_relaxed);
         echod_step_t *next = atomic_load_explicit(&tail->next, memory_order_acquire);
         if (tail == &s->stub) {
             if (next == NULL)
                 return NULL;
-            s->tail = next;
+            set_tail(s, next);
             tail = next;
             next = atomic_load_explicit(&next->next, memory_order_acquire);
         }
         if (next != NULL) {
-            s->tail = next;
+            set_tail(s, next);
             return tail;
         }
         if (tail == atomic_load_explicit(&s->head, memory_order_acquire)) {
@@ -34,7 +39,7 @@ static echod_step_t *mpsc_pop(echod_serializer_t *s)
             mpsc_push(s, &s->stub);
             next = atomic_load_explicit(&tail->next, memory_order_acquire);
             if (next != NULL) {
-                s->tail = next;
+                set_tail(s, next);
                 return tail;
             }
         }
@@ -45,7 +50,7 @@ static echod_step_t *mpsc_pop(echod_serializer_t *s)
 
 static int mpsc_empty(echod_serializer_t *s)
 {
-    echod_step_t *tail = s->tail;
+    echod_step_t *tail = atomic_load_explicit(&s->tail, memory_order_relaxed);
     return atomic_load_explicit(&s->head, memory_order_seq_cst) == tail &&
            atomic_load_explicit(&tail->next, memory_order_acquire) == NULL;
 }
@@ -83,7 +88,7 @@ void echod_serializer_init(echod_serializer_t *s, echod_exec_t *exec, echod_exec
     atomic_init(&s->running, STOPPED);
     atomic_init(&s->stub.next, NULL);
     atomic_init(&s->head, &s->stub);
-    s->tail = &s->stub;
+    atomic_init(&s->tail, &s->stub);
     s->drain.next = NULL;
     s->drain.run = drain_run;
     s->inline_busy = 0;

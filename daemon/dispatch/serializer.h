@@ -45,7 +45,9 @@ struct echod_serializer {
     /* serializing executor */
     _Atomic int running;
     _Atomic(echod_step_t *) head; /* producers exchange this */
-    echod_step_t *tail;           /* the drain pops from here */
+    /* The drain pops from here. Atomic only because a finished drain may still peek at it while
+     * the next drain (another thread, after a fresh CAS) pops: relaxed is enough for that. */
+    _Atomic(echod_step_t *) tail;
     echod_step_t stub;
     echod_task_t drain;
     /* inline runner: loop thread only */

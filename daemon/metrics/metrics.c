@@ -8,11 +8,13 @@
 #include <dirent.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 #include "dispatch/exec.h"
 #include "grpc/status.h"
@@ -34,6 +36,7 @@ static _Atomic uint64_t flush_frames_buckets[NELEMS(flush_frames_bounds) + 1];
 static _Atomic uint64_t flush_bytes_buckets[NELEMS(flush_bytes_bounds) + 1];
 static _Atomic uint64_t queue_wait_buckets[ECHOD_METRICS_MAX_EXECUTORS][NELEMS(latency_bounds_us) + 1];
 static _Atomic uint64_t handling_buckets[ECHOD_METRICS_MAX_METHODS][NELEMS(latency_bounds_us) + 1];
+static _Atomic uint64_t msg_handling_buckets[ECHOD_METRICS_MAX_METHODS][NELEMS(latency_bounds_us) + 1];
 
 /* Set once at start-up, before the admin thread (the only reader) exists. */
 static const echod_config_t *metrics_cfg;
@@ -149,6 +152,7 @@ size_t echod_metrics_add_method(const char *service, const char *method, echod_g
     m->method = method;
     m->type = type;
     histogram_setup(&m->handling, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6, handling_buckets[idx]);
+    histogram_setup(&m->msg_handling, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6, msg_handling_buckets[idx]);
     /* Release: a renderer that sees the new count also sees the slot filled in. */
     atomic_store_explicit(&echod_metrics.nmethods, idx + 1, memory_order_release);
     return idx;
@@ -443,12 +447,25 @@ static void render_calls(mbuf_t *b)
 {
     family(b, "echod_calls_in_flight", "gauge", "Calls started and not yet closed.");
     mbuf_printf(b, "echod_calls_in_flight %" PRId64 "\n", load_signed(&echod_metrics.calls_in_flight));
+    family(b, "echod_calls_admitted", "gauge", "Calls counted against limits.max_calls_in_flight (health calls are not).");
+    mbuf_printf(b, "echod_calls_admitted %" PRId64 "\n", load_signed(&echod_metrics.calls_admitted));
+    family(b, "echod_calls_shed_total", "counter", "Calls refused with RESOURCE_EXHAUSTED by limits.max_calls_in_flight.");
+    mbuf_printf(b, "echod_calls_shed_total %" PRIu64 "\n", load(&echod_metrics.calls_shed));
+    family(b, "echod_deadline_expired_queued_total", "counter",
+           "Calls whose grpc-timeout expired before their handler started (queued behind the executor).");
+    mbuf_printf(b, "echod_deadline_expired_queued_total %" PRIu64 "\n", load(&echod_metrics.deadline_expired_queued));
     family(b, "echod_connections", "gauge", "Open gRPC connections.");
     mbuf_printf(b, "echod_connections %" PRId64 "\n", load_signed(&echod_metrics.connections));
     family(b, "echod_connections_total", "counter", "gRPC connections accepted.");
     mbuf_printf(b, "echod_connections_total %" PRIu64 "\n", load(&echod_metrics.connections_total));
     family(b, "echod_goaways_sent_total", "counter", "GOAWAY frames sent.");
     mbuf_printf(b, "echod_goaways_sent_total %" PRIu64 "\n", load(&echod_metrics.goaways_sent));
+    family(b, "echod_drain_streams_total", "counter",
+           "Streams open when shutdown began, and how they ended (finished on their own, or cut at drain_timeout).");
+    mbuf_printf(b, "echod_drain_streams_total{state=\"open\"} %" PRIu64 "\n", load(&echod_metrics.drain_streams_open));
+    mbuf_printf(b, "echod_drain_streams_total{state=\"finished\"} %" PRIu64 "\n",
+                load(&echod_metrics.drain_streams_finished));
+    mbuf_printf(b, "echod_drain_streams_total{state=\"cut\"} %" PRIu64 "\n", load(&echod_metrics.drain_streams_cut));
 }
 
 static void render_grpc(mbuf_t *b)
@@ -499,6 +516,12 @@ static void render_grpc(mbuf_t *b)
            "Seconds from the start of a call to its completion, by method.");
     for (size_t i = 0; i < n; ++i)
         histogram_series(b, "grpc_server_handling_seconds", labels[i].base, &echod_metrics.methods[i].handling);
+
+    /* per-RPC time says nothing for a stream that lives 25 minutes: this is per message */
+    family(b, "echod_message_handling_seconds", "histogram",
+           "Seconds a handler spent on one delivered request message, by method.");
+    for (size_t i = 0; i < n; ++i)
+        histogram_series(b, "echod_message_handling_seconds", labels[i].base, &echod_metrics.methods[i].msg_handling);
 
 Exit:
     for (size_t i = 0; i < n; ++i)
@@ -569,6 +592,115 @@ static void render_process(mbuf_t *b)
     }
 }
 
+/* -------------------------------------------------------------------------------------------- */
+/* saturation: loops, cgroup, stage */
+
+static _Atomic uint64_t loop_lag_buckets[NELEMS(latency_bounds_us) + 1];
+
+/* The current stage label: written rarely (a mark per ramp stage), read by scrapes. */
+static pthread_mutex_t stage_mutex = PTHREAD_MUTEX_INITIALIZER;
+static char stage_name[128] = "";
+static double stage_started;
+static uint64_t stage_marks;
+
+echod_loop_metrics_t *echod_metrics_add_loop(unsigned index)
+{
+    if (index >= ECHOD_METRICS_MAX_LOOPS)
+        abort();
+    if (echod_metrics.loop_lag.buckets == NULL)
+        histogram_setup(&echod_metrics.loop_lag, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6, loop_lag_buckets);
+    if (index + 1 > atomic_load(&echod_metrics.nloops))
+        atomic_store(&echod_metrics.nloops, index + 1);
+    return &echod_metrics.loops[index];
+}
+
+void echod_metrics_mark_stage(const char *name)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    pthread_mutex_lock(&stage_mutex);
+    snprintf(stage_name, sizeof(stage_name), "%s", name);
+    stage_started = (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+    stage_marks++;
+    pthread_mutex_unlock(&stage_mutex);
+}
+
+/* The cgroup v2 cpu.stat of this process's own cgroup: throttling is what a 1-CPU limit does to a ramp. */
+static void render_cgroup(mbuf_t *b)
+{
+    char buf[4096], path[600];
+    if (read_proc("/proc/self/cgroup", buf, 512) > 0 && strncmp(buf, "0::", 3) == 0) {
+        char *nl = strchr(buf, '\n');
+        if (nl != NULL)
+            *nl = '\0';
+        snprintf(path, sizeof(path), "/sys/fs/cgroup%.512s/cpu.stat", strcmp(buf + 3, "/") == 0 ? "" : buf + 3);
+        if (read_proc(path, buf, sizeof(buf)) > 0) {
+            const char *p;
+            if ((p = strstr(buf, "nr_throttled ")) != NULL) {
+                family(b, "echod_cgroup_cpu_throttled_periods_total", "counter",
+                       "cgroup cpu.stat nr_throttled: CFS periods in which the cgroup was throttled.");
+                mbuf_printf(b, "echod_cgroup_cpu_throttled_periods_total %llu\n", strtoull(p + 13, NULL, 10));
+            }
+            if ((p = strstr(buf, "nr_periods ")) != NULL) {
+                family(b, "echod_cgroup_cpu_periods_total", "counter", "cgroup cpu.stat nr_periods.");
+                mbuf_printf(b, "echod_cgroup_cpu_periods_total %llu\n", strtoull(p + 11, NULL, 10));
+            }
+            if ((p = strstr(buf, "throttled_usec ")) != NULL) {
+                char num[64];
+                format_double(num, sizeof(num), (double)strtoull(p + 15, NULL, 10) / 1e6);
+                family(b, "echod_cgroup_cpu_throttled_seconds_total", "counter",
+                       "cgroup cpu.stat throttled_usec, in seconds.");
+                mbuf_printf(b, "echod_cgroup_cpu_throttled_seconds_total %s\n", num);
+            }
+        }
+    }
+    family(b, "echod_effective_cpus", "gauge",
+           "CPUs this process may use: the cgroup cpu.max quota rounded up, capped by the affinity mask.");
+    mbuf_printf(b, "echod_effective_cpus %u\n", echod_exec_available_cpus());
+}
+
+static void render_saturation(mbuf_t *b)
+{
+    size_t n = atomic_load(&echod_metrics.nloops);
+    char num[64];
+    family(b, "echod_loop_busy_ratio", "gauge", "I/O loop thread CPU time over wall time, last 100 ms sample.");
+    for (size_t i = 0; i < n; i++) {
+        format_double(num, sizeof(num), (double)load(&echod_metrics.loops[i].busy_ppm) / 1e6);
+        mbuf_printf(b, "echod_loop_busy_ratio{loop=\"%zu\"} %s\n", i, num);
+    }
+    family(b, "echod_loop_cpu_seconds_total", "counter", "CPU time of each I/O loop thread.");
+    for (size_t i = 0; i < n; i++) {
+        format_double(num, sizeof(num), (double)load(&echod_metrics.loops[i].cpu_ns) / 1e9);
+        mbuf_printf(b, "echod_loop_cpu_seconds_total{loop=\"%zu\"} %s\n", i, num);
+    }
+    family(b, "echod_loop_lag_seconds", "gauge", "How late the last 100 ms loop timer fired.");
+    for (size_t i = 0; i < n; i++) {
+        format_double(num, sizeof(num), (double)load(&echod_metrics.loops[i].lag_us) / 1e6);
+        mbuf_printf(b, "echod_loop_lag_seconds{loop=\"%zu\"} %s\n", i, num);
+    }
+    if (n != 0) {
+        family(b, "echod_loop_lag_distribution_seconds", "histogram", "How late 100 ms loop timers fired, all loops.");
+        histogram_series(b, "echod_loop_lag_distribution_seconds", "", &echod_metrics.loop_lag);
+    }
+    render_cgroup(b);
+
+    pthread_mutex_lock(&stage_mutex);
+    char name[128];
+    snprintf(name, sizeof(name), "%s", stage_name);
+    double started = stage_started;
+    uint64_t marks = stage_marks;
+    pthread_mutex_unlock(&stage_mutex);
+    family(b, "echod_stage_info", "gauge", "Always 1; names the stage set by POST /admin/mark?stage=NAME.");
+    mbuf_puts(b, "echod_stage_info{");
+    mbuf_label(b, 1, "stage", name);
+    mbuf_puts(b, "} 1\n");
+    format_double(num, sizeof(num), started);
+    family(b, "echod_stage_started_timestamp_seconds", "gauge", "When the current stage was marked (Unix time).");
+    mbuf_printf(b, "echod_stage_started_timestamp_seconds %s\n", num);
+    family(b, "echod_stage_marks_total", "counter", "POST /admin/mark calls.");
+    mbuf_printf(b, "echod_stage_marks_total %" PRIu64 "\n", marks);
+}
+
 static void render_build_info(mbuf_t *b)
 {
     const echod_config_t *cfg = metrics_cfg;
@@ -596,6 +728,7 @@ char *echod_metrics_render(size_t *len)
     render_executors(&b);
     render_calls(&b);
     render_grpc(&b);
+    render_saturation(&b);
     render_process(&b);
 
     if (b.failed) {

@@ -47,9 +47,19 @@ typedef struct {
     _Atomic uint64_t msg_received;
     _Atomic uint64_t msg_sent;
     echod_histogram_t handling; /* microseconds from start_call to closed (grpc_server_handling_seconds) */
+    echod_histogram_t msg_handling; /* microseconds in the handler per delivered message (streams) */
 } echod_method_metrics_t;
 
 struct echod_exec;
+
+#define ECHOD_METRICS_MAX_LOOPS 64
+
+/* One I/O loop's saturation, sampled by the loop itself every 100 ms. */
+typedef struct {
+    _Atomic uint64_t busy_ppm;   /* loop thread CPU / wall time over the last sample, in millionths */
+    _Atomic uint64_t lag_us;     /* how late the last sample's timer fired */
+    _Atomic uint64_t cpu_ns;     /* loop thread CPU time, total */
+} echod_loop_metrics_t;
 
 typedef struct {
     const char *name; /* executor label: "default" or the per-method executor's name */
@@ -68,13 +78,22 @@ typedef struct {
     echod_histogram_t flush_frames;
     echod_histogram_t flush_bytes;
     _Atomic int64_t calls_in_flight;
+    _Atomic int64_t calls_admitted;           /* gauge: calls counted against limits.max_calls_in_flight */
+    _Atomic uint64_t calls_shed;              /* refused by limits.max_calls_in_flight */
+    _Atomic uint64_t deadline_expired_queued; /* deadline passed before the handler started */
     _Atomic int64_t connections;
     _Atomic uint64_t connections_total;
     _Atomic uint64_t goaways_sent;
+    _Atomic uint64_t drain_streams_open;     /* open when shutdown began */
+    _Atomic uint64_t drain_streams_finished; /* of those, ended on their own */
+    _Atomic uint64_t drain_streams_cut;      /* of those, ended with UNAVAILABLE at drain_timeout */
     echod_method_metrics_t methods[ECHOD_METRICS_MAX_METHODS];
     _Atomic size_t nmethods;
     echod_exec_metrics_t execs[ECHOD_METRICS_MAX_EXECUTORS];
     _Atomic size_t nexecs;
+    echod_loop_metrics_t loops[ECHOD_METRICS_MAX_LOOPS];
+    _Atomic size_t nloops;
+    echod_histogram_t loop_lag; /* microseconds a 100 ms loop timer fired late, all loops */
 } echod_metrics_t;
 
 /* The one instance. */
@@ -103,6 +122,12 @@ echod_exec_metrics_t *echod_metrics_add_exec(const char *name, const struct echo
 
 /* Any thread; relaxed atomics. A histogram whose init has not run (no buckets) ignores values. */
 void echod_histogram_observe(echod_histogram_t *h, uint64_t value);
+
+/* Main thread, at start-up: a slot for loop `index`. */
+echod_loop_metrics_t *echod_metrics_add_loop(unsigned index);
+
+/* Names the current ramp stage (POST /admin/mark?stage=NAME): echod_stage_info and its start time. Any thread. */
+void echod_metrics_mark_stage(const char *name);
 
 /*
  * Fits echod_exec_set_observer's on_start: ctx is the executor's echod_exec_metrics_t; the wait

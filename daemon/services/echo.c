@@ -3,6 +3,7 @@
 #include "dispatch/call.h"
 #include "echo.pb-c.h"
 #include "services/echo.h"
+#include "services/work.h"
 #include "transport/server.h"
 
 /* --- validation --- */
@@ -97,6 +98,21 @@ int echod_echo_validate(const uint8_t *p, size_t len)
     return 1;
 }
 
+/*
+ * The configured work before a reply: CPU, sleep, then maybe a deliberate failure (the call is
+ * closed with that status and 0 is returned), then the response reshaped to response_bytes.
+ */
+static echod_msg_t *work_then_reply(echod_call_t *call, echod_msg_t *msg)
+{
+    int status = echod_work_run(&call->work);
+    if (status != 0) {
+        echod_msg_free(msg);
+        echod_call_close(call, status, "echod-status: failing on purpose");
+        return NULL;
+    }
+    return call->work.response_bytes >= 0 ? echod_work_reshape_echo(msg, call->work.response_bytes) : msg;
+}
+
 static int accept_request(echod_call_t *call, echod_msg_t *msg)
 {
     if (echod_echo_validate(echod_msg_payload(msg), msg->len))
@@ -137,7 +153,7 @@ static echod_msg_t *take_request(echod_call_t *call)
 static void unary_half_close(echod_call_t *call)
 {
     echod_msg_t *req = take_request(call);
-    if (req == NULL)
+    if (req == NULL || (req = work_then_reply(call, req)) == NULL)
         return;
     echod_call_send(call, req); /* the request's frame is the response's frame */
     echod_call_close(call, ECHOD_OK, NULL);
@@ -146,7 +162,7 @@ static void unary_half_close(echod_call_t *call)
 static void server_streaming_half_close(echod_call_t *call)
 {
     echod_msg_t *req = take_request(call);
-    if (req == NULL)
+    if (req == NULL || (req = work_then_reply(call, req)) == NULL)
         return;
     unsigned count = call->server->cfg->echo.server_streaming_count;
     for (unsigned i = 1; i < count; i++)
@@ -212,6 +228,8 @@ static void client_streaming_half_close(echod_call_t *call)
     echod_msg_t *out = echod_msg_new((uint32_t)size);
     grpc__examples__echo__echo_response__pack(&resp, echod_msg_payload(out));
     free(text);
+    if ((out = work_then_reply(call, out)) == NULL)
+        return;
     echod_call_send(call, out);
     echod_call_close(call, ECHOD_OK, NULL);
 }
@@ -234,7 +252,7 @@ static void bidi_start(echod_call_t *call)
 
 static void bidi_message(echod_call_t *call, echod_msg_t *msg)
 {
-    if (!accept_request(call, msg))
+    if (!accept_request(call, msg) || (msg = work_then_reply(call, msg)) == NULL)
         return;
     if (echod_call_is_ready(call)) {
         echod_call_send(call, msg);

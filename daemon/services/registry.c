@@ -1,20 +1,32 @@
 #include <stdlib.h>
 #include <string.h>
+#include "services/benchmark.h"
 #include "services/echo.h"
+#include "services/health.h"
+#include "services/reflection.h"
 #include "services/registry.h"
+
+/* Every service echod serves: one NULL-terminated method table each. */
+static const echod_method_t *const *const services[] = {echod_echo_methods, echod_health_methods,
+                                                        echod_reflection_methods, echod_benchmark_methods, NULL};
 
 void echod_registry_init(echod_registry_t *reg)
 {
     size_t n = 0;
-    while (echod_echo_methods[n] != NULL)
-        n++;
+    for (size_t s = 0; services[s] != NULL; s++)
+        for (size_t i = 0; services[s][i] != NULL; i++)
+            n++;
+    /* copies, so that the metrics index lives in the registry and the tables stay const */
     echod_method_t *copies = calloc(n, sizeof(*copies));
     reg->methods = calloc(n, sizeof(*reg->methods));
     reg->count = n;
-    for (size_t i = 0; i != n; i++) {
-        copies[i] = *echod_echo_methods[i];
-        copies[i].metrics_index = echod_metrics_add_method(copies[i].service, copies[i].name, copies[i].type);
-        reg->methods[i] = &copies[i];
+    size_t k = 0;
+    for (size_t s = 0; services[s] != NULL; s++) {
+        for (size_t i = 0; services[s][i] != NULL; i++, k++) {
+            copies[k] = *services[s][i];
+            copies[k].metrics_index = echod_metrics_add_method(copies[k].service, copies[k].name, copies[k].type);
+            reg->methods[k] = &copies[k];
+        }
     }
 }
 

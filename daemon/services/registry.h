@@ -28,6 +28,9 @@ typedef struct echod_method {
     /* closed: the call is over (completed or cancelled); free handler state */
     void (*on_complete)(struct echod_call *call);
     size_t metrics_index; /* into echod_metrics.methods, set by echod_registry_init */
+    /* Answered on the I/O loop with the inline runner, never queued behind the executor, and
+     * exempt from admission limits: health probes must pass while the executor is saturated. */
+    unsigned on_loop : 1;
 } echod_method_t;
 
 typedef struct {

@@ -5,6 +5,7 @@
 #include <nghttp2/nghttp2.h>
 #include "grpc/status.h"
 #include "grpc/timeout.h"
+#include "services/work.h"
 #include "transport/conn.h"
 #include "util/log.h"
 
@@ -29,10 +30,20 @@ struct echod_conn {
     h2o_timeout_entry_t tail_entry;
     echod_conn_t *next_batch_dirty;
     size_t frames; /* sent since the last counted flush */
-    unsigned in_recv : 1, processing : 1, closed : 1, goaway_sent : 1, immediate_due : 1, batch_dirty : 1;
+    unsigned in_recv : 1, processing : 1, closed : 1, goaway_notice : 1, goaway_final : 1, immediate_due : 1,
+        batch_dirty : 1;
 };
 
 static void conn_close(echod_conn_t *conn);
+static void final_goaway(echod_conn_t *conn);
+
+/* The PING sent with the GOAWAY notice; its ack triggers the final GOAWAY. */
+static const uint8_t goaway_ping[8] = {'e', 'c', 'h', 'o', 'd', 'g', 'o', 'a'};
+
+static void conn_hold(echod_conn_t *conn)
+{
+    atomic_fetch_add_explicit(&conn->refs, 1, memory_order_relaxed);
+}
 static void conn_process(echod_conn_t *conn);
 
 echod_conn_t *echod_conn_from_link(h2o_linklist_t *link)
@@ -128,23 +139,25 @@ void echod_conn_flush(echod_conn_t *conn, echod_flush_trigger_t trigger)
 static void on_write_complete(h2o_socket_t *sock, const char *err)
 {
     echod_conn_t *conn = sock->data;
+    conn_hold(conn);
+    conn->writing.len = 0;
     if (err != NULL) {
         conn_close(conn);
-        return;
+    } else if (produce(conn) == 0) {
+        /* frames held back by OUT_HIGH_WATER belong to flushes already counted */
+        start_write(conn);
+        conn_process(conn);
+        maybe_close(conn);
     }
-    conn->writing.len = 0;
-    /* frames held back by OUT_HIGH_WATER belong to flushes already counted */
-    if (produce(conn) != 0)
-        return;
-    start_write(conn);
-    conn_process(conn);
-    maybe_close(conn);
+    echod_conn_release(conn);
 }
 
 static void on_tail(h2o_timeout_entry_t *entry)
 {
     echod_conn_t *conn = H2O_STRUCT_FROM_MEMBER(echod_conn_t, tail_entry, entry);
+    conn_hold(conn);
     echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);
+    echod_conn_release(conn);
 }
 
 /* Something was queued in nghttp2: schedule the flush the policy asks for. */
@@ -234,6 +247,8 @@ static void unlink_call(echod_call_t *call)
 static void stream_closed(echod_call_t *call)
 {
     call->io.closed = 1;
+    if (call->io.drain_open && !call->io.drain_cut)
+        ECHOD_COUNT(echod_metrics.drain_streams_finished);
     if (!call->io.trailers_sent)
         atomic_store_explicit(&call->cancelled, 1, memory_order_release);
     h2o_timeout_unlink(&call->io.deadline);
@@ -252,6 +267,7 @@ static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t
         (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE                                 \
     }
 
+/* grpc-status, grpc-message and echod-timing: at most 3 entries. */
 static void status_nv(echod_call_t *call, nghttp2_nv *nv, size_t *n, char *code_buf, char *msg_buf, size_t msg_cap)
 {
     snprintf(code_buf, 12, "%d", call->io.status_code);
@@ -260,6 +276,8 @@ static void status_nv(echod_call_t *call, nghttp2_nv *nv, size_t *n, char *code_
         echod_status_encode_message(msg_buf, msg_cap, call->io.status_message);
         nv[(*n)++] = (nghttp2_nv)NV("grpc-message", msg_buf);
     }
+    if (call->io.timing != NULL)
+        nv[(*n)++] = (nghttp2_nv)NV("echod-timing", call->io.timing);
 }
 
 static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
@@ -276,7 +294,7 @@ static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t
     if (n != 0)
         *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
     if (n == call->io.out_queued && call->io.trailers_queued) {
-        nghttp2_nv nv[2];
+        nghttp2_nv nv[3];
         size_t nvlen = 0;
         char code[12], msg[512];
         status_nv(call, nv, &nvlen, code, msg, sizeof(msg));
@@ -329,14 +347,25 @@ static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const ui
 static void submit_headers(echod_call_t *call, int with_data)
 {
     echod_conn_t *conn = call->conn;
-    nghttp2_nv nv[4] = {NV(":status", "200"), NV("content-type", "application/grpc")};
+    size_t echoed = call->work.echo_metadata ? call->io.hdr.meta_count : 0;
+    nghttp2_nv fixed[5], *nv = echoed != 0 ? malloc((5 + echoed) * sizeof(*nv)) : fixed;
+    if (nv == NULL)
+        nv = fixed, echoed = 0;
+    nv[0] = (nghttp2_nv)NV(":status", "200");
+    nv[1] = (nghttp2_nv)NV("content-type", "application/grpc");
     size_t n = 2;
     char code[12], msg[512];
-    if (!with_data) {
+    if (!with_data)
         status_nv(call, nv, &n, code, msg, sizeof(msg));
+    for (const char *p = call->io.hdr.meta; echoed != 0 && p < call->io.hdr.meta + call->io.hdr.meta_len;) {
+        size_t nl = strlen(p), vl = strlen(p + nl + 1);
+        nv[n++] = (nghttp2_nv){(uint8_t *)p, (uint8_t *)p + nl + 1, nl, vl, NGHTTP2_NV_FLAG_NONE};
+        p += nl + vl + 2;
     }
     nghttp2_data_provider prd = {.source.ptr = call, .read_callback = data_read_cb};
     nghttp2_submit_response(conn->ngh, call->io.stream_id, nv, n, with_data ? &prd : NULL);
+    if (nv != fixed)
+        free(nv);
 }
 
 void echod_conn_send_message(echod_call_t *call, echod_msg_t *msg)
@@ -364,7 +393,7 @@ void echod_conn_send_message(echod_call_t *call, echod_msg_t *msg)
     mark_dirty(conn);
 }
 
-static void close_stream(echod_call_t *call, int code, const char *message, uint32_t rst_code)
+static void close_stream(echod_call_t *call, int code, const char *message, uint32_t rst_code, const char *timing)
 {
     echod_conn_t *conn = call->conn;
     if (conn->closed || call->io.closed || call->io.trailers_queued)
@@ -373,6 +402,7 @@ static void close_stream(echod_call_t *call, int code, const char *message, uint
     call->io.status_code = code;
     call->io.status_message = message != NULL ? strdup(message) : NULL;
     call->io.rst_after_trailers = rst_code;
+    call->io.timing = timing != NULL && timing[0] != '\0' ? timing : NULL;
     if (!call->io.headers_sent) {
         call->io.headers_sent = 1;
         submit_headers(call, 0); /* Trailers-Only */
@@ -389,9 +419,9 @@ static void close_stream(echod_call_t *call, int code, const char *message, uint
     }
 }
 
-void echod_conn_close_call(echod_call_t *call, int code, const char *message)
+void echod_conn_close_call(echod_call_t *call, int code, const char *message, const char *timing)
 {
-    close_stream(call, code, message, NGHTTP2_NO_ERROR);
+    close_stream(call, code, message, NGHTTP2_NO_ERROR, timing);
 }
 
 void echod_conn_consume(echod_call_t *call, size_t n)
@@ -410,10 +440,13 @@ static void on_deadline(h2o_timeout_entry_t *entry)
     if (call->io.trailers_queued || call->io.closed)
         return;
     call->io.expired = 1;
+    if (!atomic_load_explicit(&call->handler_started, memory_order_acquire))
+        ECHOD_COUNT(echod_metrics.deadline_expired_queued);
     atomic_store_explicit(&call->cancelled, 1, memory_order_release);
-    close_stream(call, ECHOD_DEADLINE_EXCEEDED, "Deadline exceeded", NGHTTP2_CANCEL);
+    close_stream(call, ECHOD_DEADLINE_EXCEEDED, "Deadline exceeded", NGHTTP2_CANCEL, NULL);
     conn_process(conn);
 }
+
 
 /* --- receiving: nghttp2 callbacks record and touch, nothing more --- */
 
@@ -451,6 +484,28 @@ static int content_type_ok(const uint8_t *v, size_t len)
     return len == bl || v[bl] == '+' || v[bl] == ';';
 }
 
+/* Transport and gRPC protocol headers are not application metadata: they are never echoed. */
+static int is_reserved_header(const uint8_t *name, size_t len)
+{
+    return header_is(name, len, "te") || header_is(name, len, "user-agent") || header_is(name, len, "host") ||
+           (len >= 5 && memcmp(name, "grpc-", 5) == 0);
+}
+
+static void keep_metadata(echod_call_t *call, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen)
+{
+    size_t need = call->io.hdr.meta_len + nlen + vlen + 2;
+    char *m = realloc(call->io.hdr.meta, need);
+    if (m == NULL)
+        return;
+    memcpy(m + call->io.hdr.meta_len, name, nlen);
+    m[call->io.hdr.meta_len + nlen] = '\0';
+    memcpy(m + call->io.hdr.meta_len + nlen + 1, value, vlen);
+    m[need - 1] = '\0';
+    call->io.hdr.meta = m;
+    call->io.hdr.meta_len = need;
+    call->io.hdr.meta_count++;
+}
+
 static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
                      const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data)
 {
@@ -476,6 +531,12 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     } else if (header_is(name, namelen, "grpc-timeout")) {
         if (echod_grpc_timeout_parse((const char *)value, valuelen, &call->io.hdr.timeout_ns) != 0)
             call->io.hdr.timeout_bad = 1;
+    } else if (echod_work_parse_header((const char *)name, namelen, (const char *)value, valuelen,
+                                       &call->io.hdr.work, &call->io.hdr.work_set, &call->io.hdr.work_error)) {
+        /* a work knob: also echoed with the rest of the metadata */
+        keep_metadata(call, name, namelen, value, valuelen);
+    } else if (name[0] != ':' && !is_reserved_header(name, namelen)) {
+        keep_metadata(call, name, namelen, value, valuelen);
     }
     return 0;
 }
@@ -523,10 +584,33 @@ static void request_headers_done(echod_call_t *call)
         call->io.path = strdup("");
         call->io.path_len = 0;
     }
+    echod_server_t *server = conn->loop->server;
+    const echod_method_t *m = echod_registry_find(&server->registry, call->io.path, call->io.path_len);
+    if (m != NULL && m->on_loop) {
+        /* before any step: the call switches to the inline runner on this loop */
+        echod_serializer_init(&call->serializer, server->dispatcher.exec, server->dispatcher.exec_metrics,
+                              ECHOD_SER_INLINE);
+    } else {
+        uint32_t limit = server->cfg->limits.max_calls_in_flight;
+        if (limit != 0 && atomic_load_explicit(&echod_metrics.calls_admitted, memory_order_relaxed) >= limit) {
+            ECHOD_COUNT(echod_metrics.calls_shed);
+            call->io.started = 1; /* shed before any step: nothing was accepted */
+            call->io.rejected = 1;
+            close_stream(call, ECHOD_RESOURCE_EXHAUSTED, "Server at limits.max_calls_in_flight", NGHTTP2_NO_ERROR,
+                         NULL);
+            return;
+        }
+        call->admitted = 1;
+        atomic_fetch_add_explicit(&echod_metrics.calls_admitted, 1, memory_order_relaxed);
+    }
+    call->work_error = call->io.hdr.work_error;
+    call->io.hdr.work_error = NULL;
+    echod_work_resolve(server->cfg, call->io.path, &call->io.hdr.work, call->io.hdr.work_set, &call->work,
+                       &call->work_error);
     if (call->io.hdr.timeout_bad) {
         call->io.started = 1; /* no steps: the request never reached a method */
         call->io.rejected = 1;
-        close_stream(call, ECHOD_INTERNAL, "Malformed grpc-timeout header", NGHTTP2_NO_ERROR);
+        close_stream(call, ECHOD_INTERNAL, "Malformed grpc-timeout header", NGHTTP2_NO_ERROR, NULL);
         return;
     }
     if (call->io.hdr.timeout_ns != 0) {
@@ -540,7 +624,12 @@ static void request_headers_done(echod_call_t *call)
 
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
 {
-    (void)user_data;
+    echod_conn_t *conn = user_data;
+    if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK) && conn->goaway_notice &&
+        memcmp(frame->ping.opaque_data, goaway_ping, sizeof(goaway_ping)) == 0) {
+        final_goaway(conn);
+        return 0;
+    }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
         return 0;
     echod_call_t *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
@@ -629,9 +718,19 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
 
 /* --- connection lifecycle --- */
 
+static void on_read_held(echod_conn_t *conn, h2o_socket_t *sock, const char *err);
+
+/* Any flush can close the connection: callbacks hold a reference for as long as they use it. */
 static void on_read(h2o_socket_t *sock, const char *err)
 {
     echod_conn_t *conn = sock->data;
+    conn_hold(conn);
+    on_read_held(conn, sock, err);
+    echod_conn_release(conn);
+}
+
+static void on_read_held(echod_conn_t *conn, h2o_socket_t *sock, const char *err)
+{
     if (err != NULL) {
         conn_close(conn);
         return;
@@ -685,13 +784,57 @@ void echod_conn_abort(echod_conn_t *conn)
     conn_close(conn);
 }
 
-void echod_conn_goaway(echod_conn_t *conn)
+static void final_goaway(echod_conn_t *conn)
 {
-    if (conn->closed || conn->goaway_sent)
+    if (conn->goaway_final)
         return;
-    conn->goaway_sent = 1;
+    conn->goaway_final = 1;
     nghttp2_submit_goaway(conn->ngh, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(conn->ngh),
                           NGHTTP2_NO_ERROR, NULL, 0);
+}
+
+/*
+ * The double GOAWAY of gRPC servers: a notice with stream id 2^31-1 makes the client stop opening
+ * streams without refusing any in flight; the final GOAWAY, naming the last stream processed,
+ * goes out when the PING sent with the notice comes back, i.e. once the client has seen it.
+ */
+void echod_conn_goaway(echod_conn_t *conn)
+{
+    if (conn->closed || conn->goaway_notice)
+        return;
+    conn->goaway_notice = 1;
+    nghttp2_submit_shutdown_notice(conn->ngh);
+    nghttp2_submit_ping(conn->ngh, NGHTTP2_FLAG_NONE, goaway_ping);
+    echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);
+}
+
+size_t echod_conn_begin_drain(echod_conn_t *conn)
+{
+    size_t open = 0;
+    for (echod_call_t *call = conn->calls; call != NULL; call = call->io.next_in_conn) {
+        if (!call->io.rejected && !call->io.trailers_queued) {
+            call->io.drain_open = 1;
+            open++;
+        }
+    }
+    echod_conn_goaway(conn);
+    return open;
+}
+
+void echod_conn_cut(echod_conn_t *conn)
+{
+    if (conn->closed)
+        return;
+    for (echod_call_t *call = conn->calls; call != NULL; call = call->io.next_in_conn) {
+        if (call->io.rejected || call->io.trailers_queued)
+            continue;
+        call->io.drain_cut = 1;
+        ECHOD_COUNT(echod_metrics.drain_streams_cut);
+        atomic_store_explicit(&call->cancelled, 1, memory_order_release);
+        close_stream(call, ECHOD_UNAVAILABLE, "Server shutting down: shutdown.drain_timeout passed", NGHTTP2_CANCEL,
+                     NULL);
+    }
+    final_goaway(conn);
     echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);
 }
 

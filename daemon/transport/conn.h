@@ -22,8 +22,8 @@ void echod_conn_accept(echod_loop_t *loop, h2o_socket_t *sock);
 /* Queues a response message for the call (headers go first). Drops it if the stream is gone. */
 void echod_conn_send_message(echod_call_t *call, echod_msg_t *msg);
 
-/* Queues the trailers (or a Trailers-Only response) after the queued messages. */
-void echod_conn_close_call(echod_call_t *call, int code, const char *message);
+/* Queues the trailers (or a Trailers-Only response) after the queued messages; timing may be NULL. */
+void echod_conn_close_call(echod_call_t *call, int code, const char *message, const char *timing);
 
 /* Returns n received bytes of the call's stream to the flow-control window. */
 void echod_conn_consume(echod_call_t *call, size_t n);
@@ -34,8 +34,14 @@ void echod_conn_flush(echod_conn_t *conn, echod_flush_trigger_t trigger);
 /* After a task batch: flushes a connection the batch wrote to; returns the next one dirtied. */
 echod_conn_t *echod_conn_flush_batch(echod_conn_t *conn);
 
-/* Shutdown: GOAWAY now; the connection closes once its streams are done. */
+/* Graceful GOAWAY (notice, PING, final); the connection closes once its streams are done. */
 void echod_conn_goaway(echod_conn_t *conn);
+
+/* Shutdown: marks the open streams (counted as finished or cut later), then GOAWAY. Returns how many. */
+size_t echod_conn_begin_drain(echod_conn_t *conn);
+
+/* shutdown.drain_timeout passed: every stream still open ends with UNAVAILABLE. */
+void echod_conn_cut(echod_conn_t *conn);
 
 /* Closes at once, cancelling every call. */
 void echod_conn_abort(echod_conn_t *conn);

@@ -5,10 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include "transport/conn.h"
 #include "transport/loop.h"
+#include "util/clock.h"
 #include "util/log.h"
+
+#define SAMPLE_MS 100
 
 static __thread echod_loop_t *current_loop;
 
@@ -123,21 +127,58 @@ static void on_control(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
     loop->draining = 1;
     loop->drain_deadline_ms = h2o_now(loop->evloop) + loop->server->cfg->shutdown.drain_timeout_ms;
     stop_listening(loop);
+    size_t open = 0;
     for (h2o_linklist_t *n = loop->conns.next, *next; n != &loop->conns; n = next) {
         next = n->next;
-        echod_conn_goaway(echod_conn_from_link(n));
+        open += echod_conn_begin_drain(echod_conn_from_link(n));
     }
+    ECHOD_ADD(echod_metrics.drain_streams_open, open);
     h2o_timeout_link(loop->evloop, &loop->tick, &loop->tick_entry);
 }
+
+/* How long cut streams get to carry their UNAVAILABLE out before connections are dropped. */
+#define CUT_GRACE_MS 2000
 
 static void on_tick(h2o_timeout_entry_t *entry)
 {
     echod_loop_t *loop = H2O_STRUCT_FROM_MEMBER(echod_loop_t, tick_entry, entry);
-    if (h2o_now(loop->evloop) >= loop->drain_deadline_ms) {
+    uint64_t now = h2o_now(loop->evloop);
+    if (!loop->cut && now >= loop->drain_deadline_ms) {
+        loop->cut = 1;
+        for (h2o_linklist_t *n = loop->conns.next, *next; n != &loop->conns; n = next) {
+            next = n->next;
+            echod_conn_cut(echod_conn_from_link(n));
+        }
+    }
+    if (now >= loop->drain_deadline_ms + CUT_GRACE_MS) {
         while (!h2o_linklist_is_empty(&loop->conns))
             echod_conn_abort(echod_conn_from_link(loop->conns.next));
     }
     h2o_timeout_link(loop->evloop, &loop->tick, &loop->tick_entry);
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Every 100 ms: how busy the loop thread was, and how late this timer fired (loop lag). */
+static void on_sample(h2o_timeout_entry_t *entry)
+{
+    echod_loop_t *loop = H2O_STRUCT_FROM_MEMBER(echod_loop_t, sample_entry, entry);
+    uint64_t now = echod_now_ns(), cpu = thread_cpu_ns();
+    uint64_t wall = now - loop->sample_wall_ns, expected = SAMPLE_MS * 1000000ull;
+    uint64_t lag_us = wall > expected ? (wall - expected) / 1000 : 0;
+    uint64_t busy = wall != 0 ? (cpu - loop->sample_cpu_ns) * 1000000u / wall : 0;
+    atomic_store_explicit(&loop->metrics->busy_ppm, busy > 1000000 ? 1000000 : busy, memory_order_relaxed);
+    atomic_store_explicit(&loop->metrics->lag_us, lag_us, memory_order_relaxed);
+    atomic_store_explicit(&loop->metrics->cpu_ns, cpu, memory_order_relaxed);
+    echod_histogram_observe(&echod_metrics.loop_lag, lag_us);
+    loop->sample_wall_ns = now;
+    loop->sample_cpu_ns = cpu;
+    h2o_timeout_link(loop->evloop, &loop->sample, &loop->sample_entry);
 }
 
 static int loop_finished(echod_loop_t *loop)
@@ -154,6 +195,9 @@ static void *loop_main(void *arg)
     pthread_setname_np(pthread_self(), name);
     current_loop = loop;
     h2o_socket_read_start(loop->listener, on_accept);
+    loop->sample_wall_ns = echod_now_ns();
+    loop->sample_cpu_ns = thread_cpu_ns();
+    h2o_timeout_link(loop->evloop, &loop->sample, &loop->sample_entry);
     while (!loop_finished(loop))
         h2o_evloop_run(loop->evloop, INT32_MAX);
     current_loop = NULL;
@@ -178,6 +222,9 @@ echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int liste
     h2o_timeout_init(loop->evloop, &loop->deadlines, 0);
     h2o_timeout_init(loop->evloop, &loop->tick, 10);
     loop->tick_entry.cb = on_tick;
+    h2o_timeout_init(loop->evloop, &loop->sample, SAMPLE_MS);
+    loop->sample_entry.cb = on_sample;
+    loop->metrics = echod_metrics_add_loop(index);
     h2o_linklist_init_anchor(&loop->conns);
     atomic_init(&loop->live_calls, 0);
     loop->listener = h2o_evloop_socket_create(loop->evloop, listen_fd, H2O_SOCKET_FLAG_DONT_READ);
@@ -200,6 +247,7 @@ void echod_loop_join(echod_loop_t *loop)
 {
     pthread_join(loop->thread, NULL);
     h2o_timeout_unlink(&loop->tick_entry);
+    h2o_timeout_unlink(&loop->sample_entry);
     h2o_multithread_unregister_receiver(loop->queue, &loop->tasks);
     h2o_multithread_unregister_receiver(loop->queue, &loop->control);
     h2o_multithread_destroy_queue(loop->queue);
@@ -209,6 +257,7 @@ void echod_loop_join(echod_loop_t *loop)
     h2o_timeout_dispose(loop->evloop, &loop->tail);
     h2o_timeout_dispose(loop->evloop, &loop->deadlines);
     h2o_timeout_dispose(loop->evloop, &loop->tick);
+    h2o_timeout_dispose(loop->evloop, &loop->sample);
     h2o_evloop_destroy(loop->evloop);
     free(loop);
 }

@@ -10,6 +10,7 @@
 #include <h2o/multithread.h>
 #include <h2o/socket.h>
 #include <h2o/timeout.h>
+#include "metrics/metrics.h"
 #include "transport/server.h"
 
 struct echod_conn;
@@ -33,10 +34,14 @@ typedef struct echod_loop {
     h2o_timeout_t deadlines; /* 0 ms list kept sorted by deadline, see echod_loop_link_deadline */
     h2o_timeout_t tick;      /* 10 ms: drain progress checks */
     h2o_timeout_entry_t tick_entry;
+    h2o_timeout_t sample; /* 100 ms: loop busy ratio and lag */
+    h2o_timeout_entry_t sample_entry;
+    uint64_t sample_wall_ns, sample_cpu_ns;
+    echod_loop_metrics_t *metrics;
     h2o_linklist_t conns;     /* echod_conn_t.link */
     struct echod_conn *batch_dirty; /* connections written to by the current task batch */
     int in_task_batch;
-    int draining;
+    int draining, cut;
     uint64_t drain_deadline_ms;
     h2o_multithread_message_t shutdown_msg;
     atomic_long live_calls; /* calls of this loop not yet freed (freed on any thread) */
