@@ -460,6 +460,15 @@ static void render_calls(mbuf_t *b)
     mbuf_printf(b, "echod_connections_total %" PRIu64 "\n", load(&echod_metrics.connections_total));
     family(b, "echod_goaways_sent_total", "counter", "GOAWAY frames sent.");
     mbuf_printf(b, "echod_goaways_sent_total %" PRIu64 "\n", load(&echod_metrics.goaways_sent));
+    static const char *const close_reasons[ECHOD_CLOSE__COUNT] = {"handshake_timeout", "idle", "max_age", "limit"};
+    family(b, "echod_connections_closed_total", "counter",
+           "Connections the server ended itself, by reason (max_age and idle close gracefully).");
+    for (int i = 0; i < ECHOD_CLOSE__COUNT; i++)
+        mbuf_printf(b, "echod_connections_closed_total{reason=\"%s\"} %" PRIu64 "\n", close_reasons[i],
+                    load(&echod_metrics.connections_closed[i]));
+    family(b, "echod_header_lists_too_large_total", "counter",
+           "Request header blocks over transport.max_header_list_bytes (the stream is reset).");
+    mbuf_printf(b, "echod_header_lists_too_large_total %" PRIu64 "\n", load(&echod_metrics.header_lists_too_large));
     family(b, "echod_drain_streams_total", "counter",
            "Streams open when shutdown began, and how they ended (finished on their own, or cut at drain_timeout).");
     mbuf_printf(b, "echod_drain_streams_total{state=\"open\"} %" PRIu64 "\n", load(&echod_metrics.drain_streams_open));

@@ -22,6 +22,13 @@ typedef enum {
     ECHOD_FLUSH_TRIGGER_LOOP_TASK,
     ECHOD_FLUSH_TRIGGER__COUNT
 } echod_flush_trigger_t;
+typedef enum {
+    ECHOD_CLOSE_HANDSHAKE_TIMEOUT = 0,
+    ECHOD_CLOSE_IDLE,
+    ECHOD_CLOSE_MAX_AGE,
+    ECHOD_CLOSE_LIMIT,
+    ECHOD_CLOSE__COUNT
+} echod_close_reason_t;
 typedef enum { ECHOD_GRPC_UNARY = 0, ECHOD_GRPC_CLIENT_STREAM, ECHOD_GRPC_SERVER_STREAM, ECHOD_GRPC_BIDI_STREAM } echod_grpc_type_t;
 
 #define ECHOD_METRICS_MAX_METHODS 16
@@ -84,6 +91,8 @@ typedef struct {
     _Atomic int64_t connections;
     _Atomic uint64_t connections_total;
     _Atomic uint64_t goaways_sent;
+    _Atomic uint64_t connections_closed[ECHOD_CLOSE__COUNT]; /* by the server's own guards */
+    _Atomic uint64_t header_lists_too_large;
     _Atomic uint64_t drain_streams_open;     /* open when shutdown began */
     _Atomic uint64_t drain_streams_finished; /* of those, ended on their own */
     _Atomic uint64_t drain_streams_cut;      /* of those, ended with UNAVAILABLE at drain_timeout */

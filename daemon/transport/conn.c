@@ -6,6 +6,7 @@
 #include "grpc/status.h"
 #include "grpc/timeout.h"
 #include "services/work.h"
+#include "util/clock.h"
 #include "transport/conn.h"
 #include "util/log.h"
 
@@ -28,10 +29,13 @@ struct echod_conn {
     bytes_t out;     /* frames nghttp2 produced, not yet handed to the socket */
     bytes_t writing; /* the bytes of the one outstanding h2o_socket_write */
     h2o_timeout_entry_t tail_entry;
+    h2o_timeout_entry_t guard_entry; /* handshake, then idle timeout */
+    h2o_timeout_entry_t age_entry;   /* max_connection_age, then its grace */
+    size_t header_bytes;             /* of the request header block being received */
     echod_conn_t *next_batch_dirty;
     size_t frames; /* sent since the last counted flush */
     unsigned in_recv : 1, processing : 1, closed : 1, goaway_notice : 1, goaway_final : 1, immediate_due : 1,
-        batch_dirty : 1;
+        batch_dirty : 1, established : 1, aged : 1;
 };
 
 static void conn_close(echod_conn_t *conn);
@@ -189,6 +193,70 @@ echod_conn_t *echod_conn_flush_batch(echod_conn_t *conn)
     return next;
 }
 
+/* --- connection guards: handshake, idle and age timers (transport.*_timeout, max_connection_age) --- */
+
+static void close_for(echod_conn_t *conn, echod_close_reason_t reason)
+{
+    ECHOD_COUNT(echod_metrics.connections_closed[reason]);
+    conn_close(conn);
+}
+
+static void on_guard(h2o_timeout_entry_t *entry)
+{
+    echod_conn_t *conn = H2O_STRUCT_FROM_MEMBER(echod_conn_t, guard_entry, entry);
+    if (!conn->established) {
+        close_for(conn, ECHOD_CLOSE_HANDSHAKE_TIMEOUT); /* nothing to say to a peer that never spoke HTTP/2 */
+        return;
+    }
+    ECHOD_COUNT(echod_metrics.connections_closed[ECHOD_CLOSE_IDLE]);
+    conn_hold(conn);
+    echod_conn_goaway(conn); /* closes once the final GOAWAY is out and no stream is open */
+    echod_conn_release(conn);
+}
+
+/* Idle means no open stream: the timer runs only while conn->calls is empty. */
+static void update_idle(echod_conn_t *conn)
+{
+    uint64_t idle = conn->loop->server->cfg->transport.idle_timeout_ms;
+    if (idle == 0 || !conn->established || conn->closed || conn->goaway_notice)
+        return;
+    if (conn->calls == NULL && !h2o_timeout_is_linked(&conn->guard_entry))
+        h2o_timeout_link(conn->loop->evloop, &conn->loop->idle, &conn->guard_entry);
+    else if (conn->calls != NULL)
+        h2o_timeout_unlink(&conn->guard_entry);
+}
+
+static void on_age(h2o_timeout_entry_t *entry)
+{
+    echod_conn_t *conn = H2O_STRUCT_FROM_MEMBER(echod_conn_t, age_entry, entry);
+    const echod_config_t *cfg = conn->loop->server->cfg;
+    conn_hold(conn);
+    if (!conn->aged) {
+        /* gRPC A9: a graceful GOAWAY at the age, then, with a grace, the rest is cut */
+        conn->aged = 1;
+        ECHOD_COUNT(echod_metrics.connections_closed[ECHOD_CLOSE_MAX_AGE]);
+        echod_conn_goaway(conn);
+        if (cfg->transport.max_connection_age_grace_ms != 0 && !conn->closed)
+            echod_loop_link_deadline(conn->loop, &conn->age_entry,
+                                     h2o_now(conn->loop->evloop) + cfg->transport.max_connection_age_grace_ms);
+    } else {
+        echod_conn_cut(conn);
+    }
+    echod_conn_release(conn);
+}
+
+static void start_age(echod_conn_t *conn)
+{
+    uint64_t age = conn->loop->server->cfg->transport.max_connection_age_ms;
+    if (age == 0)
+        return;
+    /* +-10% jitter, so connections opened together do not all reconnect together */
+    uint64_t jitter = age / 10;
+    uint64_t r = ((uint64_t)(uintptr_t)conn * 0x9E3779B97F4A7C15ull) ^ echod_now_ns();
+    uint64_t when = age - jitter + (jitter != 0 ? (r >> 17) % (2 * jitter + 1) : 0);
+    echod_loop_link_deadline(conn->loop, &conn->age_entry, h2o_now(conn->loop->evloop) + when);
+}
+
 /* --- calls: touched list and stream bookkeeping --- */
 
 static void touch(echod_call_t *call)
@@ -241,6 +309,7 @@ static void unlink_call(echod_call_t *call)
         conn->calls = call->io.next_in_conn;
     if (call->io.next_in_conn != NULL)
         call->io.next_in_conn->io.prev_in_conn = call->io.prev_in_conn;
+    update_idle(conn);
 }
 
 /* The stream is gone (trailers sent and peer done, reset, or connection lost). */
@@ -465,6 +534,8 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     if (conn->calls != NULL)
         conn->calls->io.prev_in_conn = call;
     conn->calls = call;
+    conn->header_bytes = 0;
+    update_idle(conn);
     nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, call);
     return 0;
 }
@@ -510,12 +581,18 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
                      const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data)
 {
     (void)flags;
-    (void)user_data;
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
     echod_call_t *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
     if (call == NULL)
         return 0;
+    echod_conn_t *conn = user_data;
+    /* RFC 9113's accounting: name + value + 32 per field */
+    conn->header_bytes += namelen + valuelen + 32;
+    if (conn->header_bytes > conn->loop->server->cfg->transport.max_header_list_bytes) {
+        ECHOD_COUNT(echod_metrics.header_lists_too_large);
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets this stream only */
+    }
     if (header_is(name, namelen, ":method")) {
         call->io.hdr.method_seen = 1;
         call->io.hdr.is_post = header_is(value, valuelen, "POST");
@@ -625,6 +702,12 @@ static void request_headers_done(echod_call_t *call)
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
 {
     echod_conn_t *conn = user_data;
+    if (!conn->established) {
+        /* the preface and a first frame arrived: the handshake timer gives way to the idle one */
+        conn->established = 1;
+        h2o_timeout_unlink(&conn->guard_entry);
+        update_idle(conn);
+    }
     if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK) && conn->goaway_notice &&
         memcmp(frame->ping.opaque_data, goaway_ping, sizeof(goaway_ping)) == 0) {
         final_goaway(conn);
@@ -766,6 +849,8 @@ static void conn_close(echod_conn_t *conn)
         return;
     conn->closed = 1;
     h2o_timeout_unlink(&conn->tail_entry);
+    h2o_timeout_unlink(&conn->guard_entry);
+    h2o_timeout_unlink(&conn->age_entry);
     /* nghttp2_session_del does not report stream closes: cancel every call ourselves */
     while (conn->calls != NULL)
         stream_closed(conn->calls);
@@ -855,6 +940,10 @@ static int session_start(echod_conn_t *conn)
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
     nghttp2_option_new(&opt);
     nghttp2_option_set_no_auto_window_update(opt, 1);
+    /* CVE-2023-44487: a peer resetting streams faster than this gets GOAWAY(ENHANCE_YOUR_CALM) */
+    uint64_t resets = cfg->transport.max_resets_per_second != 0 ? cfg->transport.max_resets_per_second : UINT32_MAX;
+    nghttp2_option_set_stream_reset_rate_limit(opt, resets, resets);
+    nghttp2_option_set_max_continuations(opt, 8);
     int rv = nghttp2_session_server_new2(&conn->ngh, cbs, conn, opt);
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cbs);
@@ -863,8 +952,9 @@ static int session_start(echod_conn_t *conn)
     nghttp2_settings_entry settings[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, cfg->transport.max_concurrent_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, cfg->transport.initial_window_bytes},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, cfg->transport.max_header_list_bytes},
     };
-    nghttp2_submit_settings(conn->ngh, NGHTTP2_FLAG_NONE, settings, 2);
+    nghttp2_submit_settings(conn->ngh, NGHTTP2_FLAG_NONE, settings, 3);
     /* grpc-java's flowControlWindow applies to the connection as well as each stream */
     nghttp2_session_set_local_window_size(conn->ngh, NGHTTP2_FLAG_NONE, 0, (int32_t)cfg->transport.initial_window_bytes);
     return 0;
@@ -876,6 +966,7 @@ static void conn_start(echod_conn_t *conn)
         conn_close(conn);
         return;
     }
+    start_age(conn);
     h2o_socket_read_start(conn->sock, on_read);
     mark_dirty(conn); /* our SETTINGS */
     if (conn->sock->input->size != 0)
@@ -907,6 +998,13 @@ void echod_conn_accept(echod_loop_t *loop, h2o_socket_t *sock)
         h2o_socket_close(sock);
         return;
     }
+    uint32_t max = loop->server->cfg->limits.max_connections;
+    if (max != 0 && atomic_load_explicit(&echod_metrics.connections, memory_order_relaxed) >= (int64_t)max) {
+        ECHOD_COUNT(echod_metrics.connections_closed[ECHOD_CLOSE_LIMIT]);
+        h2o_socket_close(sock);
+        free(conn);
+        return;
+    }
     int one = 1;
     setsockopt(h2o_socket_get_fd(sock), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     conn->loop = loop;
@@ -914,6 +1012,10 @@ void echod_conn_accept(echod_loop_t *loop, h2o_socket_t *sock)
     sock->data = conn;
     atomic_init(&conn->refs, 1);
     conn->tail_entry.cb = on_tail;
+    conn->guard_entry.cb = on_guard;
+    conn->age_entry.cb = on_age;
+    if (loop->server->cfg->transport.handshake_timeout_ms != 0)
+        h2o_timeout_link(loop->evloop, &loop->handshake, &conn->guard_entry);
     h2o_linklist_insert(&loop->conns, &conn->link);
     ECHOD_COUNT(echod_metrics.connections);
     ECHOD_COUNT(echod_metrics.connections_total);

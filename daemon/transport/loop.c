@@ -222,6 +222,8 @@ echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int liste
     h2o_timeout_init(loop->evloop, &loop->deadlines, 0);
     h2o_timeout_init(loop->evloop, &loop->tick, 10);
     loop->tick_entry.cb = on_tick;
+    h2o_timeout_init(loop->evloop, &loop->handshake, server->cfg->transport.handshake_timeout_ms);
+    h2o_timeout_init(loop->evloop, &loop->idle, server->cfg->transport.idle_timeout_ms);
     h2o_timeout_init(loop->evloop, &loop->sample, SAMPLE_MS);
     loop->sample_entry.cb = on_sample;
     loop->metrics = echod_metrics_add_loop(index);
@@ -258,6 +260,8 @@ void echod_loop_join(echod_loop_t *loop)
     h2o_timeout_dispose(loop->evloop, &loop->deadlines);
     h2o_timeout_dispose(loop->evloop, &loop->tick);
     h2o_timeout_dispose(loop->evloop, &loop->sample);
+    h2o_timeout_dispose(loop->evloop, &loop->handshake);
+    h2o_timeout_dispose(loop->evloop, &loop->idle);
     h2o_evloop_destroy(loop->evloop);
     free(loop);
 }

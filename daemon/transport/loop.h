@@ -34,6 +34,8 @@ typedef struct echod_loop {
     h2o_timeout_t deadlines; /* 0 ms list kept sorted by deadline, see echod_loop_link_deadline */
     h2o_timeout_t tick;      /* 10 ms: drain progress checks */
     h2o_timeout_entry_t tick_entry;
+    h2o_timeout_t handshake; /* transport.handshake_timeout */
+    h2o_timeout_t idle;      /* transport.idle_timeout */
     h2o_timeout_t sample; /* 100 ms: loop busy ratio and lag */
     h2o_timeout_entry_t sample_entry;
     uint64_t sample_wall_ns, sample_cpu_ns;
