@@ -1,0 +1,440 @@
+/*
+ * The REST control arm: libh2o 2.2.5's HTTP/1.1 server sharing an I/O loop's evloop.
+ *
+ * The h2o objects (globalconf, context, sockets) live on the loop thread, like the gRPC
+ * connections beside them, because h2o sockets and request pools allocate from thread-local
+ * caches. Only `counters` is read from other threads (echod_rest_stats).
+ *
+ * The approach to h2o 2.2.5's gaps (connection list, keep-alive shutdown, leaked queues and
+ * caches) is the one daemon/admin/admin.c takes; the differences are that this server shares a
+ * loop it does not own, and that stop is incremental so the loop keeps serving gRPC meanwhile.
+ */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
+#if !defined(H2O_USE_LIBUV) || H2O_USE_LIBUV != 0
+#error "build with -DH2O_USE_LIBUV=0: the REST arm runs on an h2o evloop, not libuv"
+#endif
+#include <h2o.h>
+
+#include "transport/rest.h"
+#include "util/log.h"
+
+/* Work-arounds for memory h2o 2.2.x never frees; other releases get none of them (see admin.c). */
+#if H2O_VERSION_MAJOR == 2 && H2O_VERSION_MINOR == 2
+#define REST_H2O_22_CLEANUP 1
+#else
+#define REST_H2O_22_CLEANUP 0
+#endif
+/* Size of h2o 2.2's thread-local free list of request-pool chunks (memory.c). */
+#define REST_H2O_POOL_FREELIST_MAX 16
+
+/* Accepts per listener wake-up: the loop also serves gRPC, so a connect storm must not hog it. */
+#define REST_ACCEPT_BATCH 64
+
+/* An accepted connection, tracked so that stop can close it (h2o keeps no list we may walk). */
+typedef struct {
+    h2o_linklist_t link;
+    h2o_socket_t *sock;
+    echod_rest_t *rest;
+    int shut; /* shutdown(2) done: h2o sees EOF or EPIPE and closes it through its own paths */
+} rest_conn_t;
+
+typedef struct {
+    h2o_handler_t super;
+    echod_rest_t *rest;
+} rest_handler_t;
+
+/*
+ * Written by the loop thread only, read by any: a relaxed load and store (no locked add) is
+ * enough for a single writer, and the counters stay exact.
+ */
+typedef struct {
+    _Atomic uint64_t responses[ECHOD_REST_STATUS_MAX];
+    _Atomic uint64_t connections_accepted;
+    _Atomic uint64_t connections_open;
+    _Atomic uint64_t body_bytes_in;
+    _Atomic uint64_t body_bytes_out;
+} rest_counters_t;
+
+struct echod_rest {
+    h2o_globalconf_t globalconf;
+    h2o_context_t ctx;
+    h2o_accept_ctx_t accept_ctx;
+    h2o_socket_t *listener; /* NULL once stop has begun */
+    h2o_linklist_t conns;   /* rest_conn_t */
+    /* h2o's own 400/413 counts already added to `counters` (ctx.emitted_error_status is not atomic) */
+    uint64_t emitted_seen_400, emitted_seen_413;
+    rest_counters_t counters;
+};
+
+static void count(_Atomic uint64_t *counter, uint64_t n)
+{
+    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n, memory_order_relaxed);
+}
+
+/*
+ * h2o answers a body above the limit (413) or a broken content-length or chunked encoding (400)
+ * without calling our handler; it only bumps a plain counter in the context. Such a response
+ * always closes its connection, so syncing here and on every request misses none.
+ */
+static void sync_emitted(echod_rest_t *rest)
+{
+    uint64_t e400 = rest->ctx.emitted_error_status[H2O_STATUS_ERROR_400];
+    uint64_t e413 = rest->ctx.emitted_error_status[H2O_STATUS_ERROR_413];
+    count(&rest->counters.responses[ECHOD_REST_STATUS_400], e400 - rest->emitted_seen_400);
+    count(&rest->counters.responses[ECHOD_REST_STATUS_413], e413 - rest->emitted_seen_413);
+    rest->emitted_seen_400 = e400;
+    rest->emitted_seen_413 = e413;
+}
+
+/* -------------------------------------------------------------------------------------------- */
+/* requests */
+
+static void respond_text(echod_rest_t *rest, h2o_req_t *req, echod_rest_status_t counted, int status,
+                         const char *reason, const char *body, size_t len)
+{
+    count(&rest->counters.responses[counted], 1);
+    req->res.status = status;
+    req->res.reason = reason;
+    /* h2o_send_inline leaves the length unset (chunked); load tools compare it with what they read. */
+    req->res.content_length = len;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("text/plain"));
+    /* Copies body into the request pool, and sends no body for HEAD. */
+    h2o_send_inline(req, body, len);
+}
+
+static void respond_error(echod_rest_t *rest, h2o_req_t *req, echod_rest_status_t counted, int status,
+                          const char *reason, const char *body)
+{
+    respond_text(rest, req, counted, status, reason, body, strlen(body));
+}
+
+static int method_is(h2o_req_t *req, const char *method)
+{
+    return h2o_memis(req->method.base, req->method.len, method, strlen(method));
+}
+
+static int hex_value(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/*
+ * Decodes a query value as browsers and k6 encode it (%XX, and '+' for a space as in HTML forms).
+ * dst holds at least len bytes. Returns the decoded length, or SIZE_MAX for a malformed escape.
+ */
+static size_t query_decode(char *dst, const char *src, size_t len)
+{
+    size_t out = 0;
+    for (size_t i = 0; i < len; ++i) {
+        if (src[i] == '%') {
+            int hi, lo;
+            if (len - i < 3)
+                return SIZE_MAX;
+            if ((hi = hex_value((unsigned char)src[i + 1])) < 0 || (lo = hex_value((unsigned char)src[i + 2])) < 0)
+                return SIZE_MAX;
+            dst[out++] = (char)(hi << 4 | lo);
+            i += 2;
+        } else {
+            dst[out++] = src[i] == '+' ? ' ' : src[i];
+        }
+    }
+    return out;
+}
+
+/* Finds name (compared as sent, not decoded) among the '&'-separated pairs of query. */
+static int query_param(const char *query, size_t len, const char *name, h2o_iovec_t *value)
+{
+    const char *p = query, *end = query + len;
+    size_t name_len = strlen(name);
+    while (p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        if (amp == NULL)
+            amp = end;
+        if ((size_t)(amp - p) >= name_len && memcmp(p, name, name_len) == 0 &&
+            (p + name_len == amp || p[name_len] == '=')) {
+            const char *v = p + name_len == amp ? amp : p + name_len + 1;
+            *value = h2o_iovec_init(v, (size_t)(amp - v));
+            return 1;
+        }
+        if (amp == end)
+            break;
+        p = amp + 1;
+    }
+    return 0;
+}
+
+static void echo_body(echod_rest_t *rest, h2o_req_t *req)
+{
+    /* Never called back: the whole response goes out in one final h2o_send (h2o_send_inline does the same). */
+    static h2o_generator_t generator = {NULL, NULL};
+    h2o_iovec_t body = req->entity.base != NULL ? req->entity : h2o_iovec_init(H2O_STRLIT(""));
+
+    req->res.status = 200;
+    req->res.reason = "OK";
+    req->res.content_length = body.len;
+    ssize_t ct = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    if (ct != -1) {
+        h2o_iovec_t v = req->headers.entries[ct].value;
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, v.base, v.len);
+    } else {
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                       H2O_STRLIT("application/octet-stream"));
+    }
+    count(&rest->counters.responses[ECHOD_REST_STATUS_200], 1);
+    count(&rest->counters.body_bytes_in, body.len);
+    count(&rest->counters.body_bytes_out, body.len);
+    /*
+     * Sent without a copy: the entity lies in the socket's input buffer, which h2o 2.2.5 neither
+     * reads into nor consumes until this response is written (reading restarts in on_send_complete).
+     */
+    h2o_start_response(req, &generator);
+    h2o_send(req, &body, body.len != 0 ? 1 : 0, H2O_SEND_STATE_FINAL);
+}
+
+static void echo_query(echod_rest_t *rest, h2o_req_t *req)
+{
+    h2o_iovec_t raw;
+    if (req->query_at == SIZE_MAX ||
+        !query_param(req->path.base + req->query_at + 1, req->path.len - req->query_at - 1, "message", &raw)) {
+        respond_error(rest, req, ECHOD_REST_STATUS_400, 400, "Bad Request", "missing message parameter\n");
+        return;
+    }
+    char *text = h2o_mem_alloc_pool(&req->pool, raw.len + 1);
+    size_t len = query_decode(text, raw.base, raw.len);
+    if (len == SIZE_MAX) {
+        respond_error(rest, req, ECHOD_REST_STATUS_400, 400, "Bad Request", "malformed percent-encoding in message\n");
+        return;
+    }
+    if (!method_is(req, "HEAD"))
+        count(&rest->counters.body_bytes_out, len);
+    respond_text(rest, req, ECHOD_REST_STATUS_200, 200, "OK", text, len);
+}
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    echod_rest_t *rest = ((rest_handler_t *)self)->rest;
+    sync_emitted(rest);
+
+    if (!h2o_memis(req->path_normalized.base, req->path_normalized.len, H2O_STRLIT("/echo"))) {
+        respond_error(rest, req, ECHOD_REST_STATUS_404, 404, "Not Found", "not found\n");
+    } else if (method_is(req, "POST")) {
+        echo_body(rest, req);
+    } else if (method_is(req, "GET") || method_is(req, "HEAD")) {
+        echo_query(rest, req);
+    } else {
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW, NULL, H2O_STRLIT("GET, HEAD, POST"));
+        respond_error(rest, req, ECHOD_REST_STATUS_405, 405, "Method Not Allowed", "method not allowed\n");
+    }
+    return 0;
+}
+
+/* -------------------------------------------------------------------------------------------- */
+/* connections */
+
+static void on_conn_close(void *data)
+{
+    rest_conn_t *conn = data;
+    echod_rest_t *rest = conn->rest;
+    sync_emitted(rest);
+    count(&rest->counters.connections_open, (uint64_t)-1);
+    h2o_linklist_unlink(&conn->link);
+    free(conn);
+}
+
+static void on_accept(h2o_socket_t *listener, const char *err)
+{
+    echod_rest_t *rest = listener->data;
+    if (err != NULL)
+        return;
+
+    for (int i = 0; i < REST_ACCEPT_BATCH; ++i) {
+        h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
+        if (sock == NULL)
+            break;
+        rest_conn_t *conn = calloc(1, sizeof(*conn)); /* h2o_linklist_insert wants an unlinked (zeroed) node */
+        if (conn == NULL) {
+            h2o_socket_close(sock);
+            continue;
+        }
+        conn->sock = sock;
+        conn->rest = rest;
+        h2o_linklist_insert(&rest->conns, &conn->link);
+        count(&rest->counters.connections_accepted, 1);
+        count(&rest->counters.connections_open, 1);
+        /* Same socket options as the gRPC arm, so the two arms differ only in what runs above TCP. */
+        int one = 1;
+        setsockopt(h2o_socket_get_fd(sock), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        /* h2o's HTTP/1 code leaves on_close alone; it fires from h2o_socket_close however that is reached. */
+        sock->on_close.cb = on_conn_close;
+        sock->on_close.data = conn;
+        h2o_accept(&rest->accept_ctx, sock);
+    }
+}
+
+/*
+ * Idle means between keep-alive requests: h2o is waiting for a request, holds no part of one,
+ * is writing nothing, and no byte of a next request already waits in the kernel (that request
+ * will be answered with Connection: close instead). Closing an idle connection loses nothing;
+ * a client that sends into the close anyway is the race every HTTP/1.1 server has.
+ */
+static int conn_is_idle(rest_conn_t *conn)
+{
+    h2o_socket_t *sock = conn->sock;
+    if (!h2o_socket_is_reading(sock) || h2o_socket_is_writing(sock) || sock->input->size != 0)
+        return 0;
+    int pending = 0;
+    return ioctl(h2o_socket_get_fd(sock), FIONREAD, &pending) == 0 && pending == 0;
+}
+
+/*
+ * HTTP/1 in h2o 2.2.5 has no request_shutdown hook, and closing the socket under it would leave
+ * its connection object dangling. Shutting the socket down makes its next read see EOF (or its
+ * next write fail), so h2o closes the connection through its own error path and frees it all.
+ */
+static void conn_shut(rest_conn_t *conn)
+{
+    if (conn->shut)
+        return;
+    conn->shut = 1;
+    shutdown(h2o_socket_get_fd(conn->sock), SHUT_RDWR);
+}
+
+/* -------------------------------------------------------------------------------------------- */
+/* API */
+
+echod_rest_t *echod_rest_start(h2o_evloop_t *loop, int listen_fd, char *err, size_t errlen)
+{
+    int listening = 0;
+    socklen_t optlen = sizeof(listening);
+    if (getsockopt(listen_fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) != 0 || !listening) {
+        snprintf(err, errlen, "rest: fd %d is not a listening socket", listen_fd);
+        return NULL;
+    }
+    echod_rest_t *rest = calloc(1, sizeof(*rest));
+    if (rest == NULL) {
+        snprintf(err, errlen, "rest: out of memory");
+        return NULL;
+    }
+    h2o_linklist_init_anchor(&rest->conns);
+
+    h2o_config_init(&rest->globalconf);
+    rest->globalconf.server_name = h2o_iovec_init(H2O_STRLIT("echod"));
+    /* Larger bodies get h2o's own 413 and a close (a chunked one as soon as it outgrows this). */
+    rest->globalconf.max_request_entity_size = ECHOD_REST_MAX_BODY;
+    /* HTTP/1.1 only: h2o's HTTP/2 server needs a graceful-shutdown dance stop does not do. */
+    rest->globalconf.http1.upgrade_to_http2 = 0;
+    h2o_hostconf_t *host = h2o_config_register_host(&rest->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    /* One handler at "/" sees every path, so unknown paths and wrong methods get our answers. */
+    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
+    rest_handler_t *handler = (rest_handler_t *)h2o_create_handler(path, sizeof(*handler));
+    handler->super.on_req = on_req;
+    handler->rest = rest;
+
+    h2o_context_init(&rest->ctx, loop, &rest->globalconf);
+    rest->accept_ctx.ctx = &rest->ctx;
+    rest->accept_ctx.hosts = rest->globalconf.hosts;
+
+    /* h2o_evloop_socket_create makes the fd nonblocking itself. */
+    rest->listener = h2o_evloop_socket_create(loop, listen_fd, H2O_SOCKET_FLAG_DONT_READ);
+    rest->listener->data = rest;
+    h2o_socket_read_start(rest->listener, on_accept);
+    return rest;
+}
+
+int echod_rest_stop(echod_rest_t *rest)
+{
+    if (rest->listener != NULL) {
+        h2o_socket_read_stop(rest->listener);
+        h2o_socket_close(rest->listener);
+        rest->listener = NULL;
+        /*
+         * h2o 2.2.5's HTTP/1 code reads this flag as it parses each request and then answers with
+         * Connection: close. Set directly: h2o_context_request_shutdown would also arm HTTP/2's
+         * GOAWAY timer in the context, which h2o_context_dispose then asserts is idle.
+         */
+        rest->ctx.shutdown_requested = 1;
+    }
+    for (h2o_linklist_t *node = rest->conns.next; node != &rest->conns; node = node->next) {
+        rest_conn_t *conn = H2O_STRUCT_FROM_MEMBER(rest_conn_t, link, node);
+        if (conn_is_idle(conn))
+            conn_shut(conn);
+    }
+    return h2o_linklist_is_empty(&rest->conns);
+}
+
+void echod_rest_abort(echod_rest_t *rest)
+{
+    echod_rest_stop(rest);
+    for (h2o_linklist_t *node = rest->conns.next; node != &rest->conns; node = node->next)
+        conn_shut(H2O_STRUCT_FROM_MEMBER(rest_conn_t, link, node));
+}
+
+/*
+ * Socket input buffers and request-pool chunks are recycled into thread-local free lists that
+ * nothing empties when the thread ends (the pool's list is even static, out of reach). The loop
+ * thread usually ends soon after this; emptying the lists now is harmless if it does not.
+ */
+static void drain_thread_caches(void)
+{
+    h2o_mem_recycle_t *recycle = &h2o_socket_buffer_prototype.allocator;
+    while (recycle->cnt != 0)
+        free(h2o_mem_alloc_recycle(recycle, 0));
+#if REST_H2O_22_CLEANUP
+    /*
+     * A fresh pool's first allocation takes a chunk from the list and records it in pool.chunks
+     * (the chunk is the malloc'd block itself), so taking and freeing as many as the list can
+     * hold empties it.
+     */
+    for (int i = 0; i < REST_H2O_POOL_FREELIST_MAX; ++i) {
+        h2o_mem_pool_t pool;
+        h2o_mem_init_pool(&pool);
+        h2o_mem_alloc_pool(&pool, 1);
+        free(pool.chunks);
+    }
+#endif
+}
+
+void echod_rest_dispose(echod_rest_t *rest)
+{
+    if (rest->listener != NULL || !h2o_linklist_is_empty(&rest->conns)) {
+        /* h2o_context_dispose would assert on the connections' timeouts; a leak at exit is the lesser evil. */
+        echod_warn("rest: disposed with connections still open; not freeing the REST server");
+        return;
+    }
+    h2o_multithread_queue_t *ctx_queue = rest->ctx.queue;
+    h2o_context_dispose(&rest->ctx);
+#if REST_H2O_22_CLEANUP
+    /* 2.2's destroy_queue (evloop build) closes the context queue's pipe but never frees the queue. */
+    free(ctx_queue);
+#else
+    (void)ctx_queue;
+#endif
+    h2o_config_dispose(&rest->globalconf);
+    free(rest);
+    drain_thread_caches();
+}
+
+void echod_rest_stats(const echod_rest_t *rest, echod_rest_stats_t *out)
+{
+    const rest_counters_t *c = &rest->counters;
+    for (int i = 0; i < ECHOD_REST_STATUS_MAX; ++i)
+        out->responses[i] = atomic_load_explicit(&c->responses[i], memory_order_relaxed);
+    out->connections_accepted = atomic_load_explicit(&c->connections_accepted, memory_order_relaxed);
+    out->connections_open = atomic_load_explicit(&c->connections_open, memory_order_relaxed);
+    out->body_bytes_in = atomic_load_explicit(&c->body_bytes_in, memory_order_relaxed);
+    out->body_bytes_out = atomic_load_explicit(&c->body_bytes_out, memory_order_relaxed);
+}
