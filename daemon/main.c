@@ -134,7 +134,7 @@ int main(int argc, char **argv)
 
     static echod_server_t server;
     char err[1024];
-    int grpc_fds[64];
+    int grpc_fds[64], rest_fds[64];
     unsigned nloops = cfg.io.event_loops;
     server.cfg = &cfg;
     echod_registry_init(&server.registry);
@@ -145,6 +145,11 @@ int main(int argc, char **argv)
     for (unsigned i = 0; i != nloops; i++) {
         if ((grpc_fds[i] = echod_loop_listen(cfg.listen.grpc, err, sizeof(err))) < 0) {
             fprintf(stderr, "echod: listen.grpc: %s\n", err);
+            return EXIT_CONFIG;
+        }
+        rest_fds[i] = -1;
+        if (cfg.listen.rest[0] != '\0' && (rest_fds[i] = echod_loop_listen(cfg.listen.rest, err, sizeof(err))) < 0) {
+            fprintf(stderr, "echod: listen.rest: %s\n", err);
             return EXIT_CONFIG;
         }
     }
@@ -160,13 +165,14 @@ int main(int argc, char **argv)
     }
     echod_loop_t *loops[64];
     for (unsigned i = 0; i != nloops; i++) {
-        if ((loops[i] = echod_loop_start(&server, i, grpc_fds[i], err, sizeof(err))) == NULL) {
+        if ((loops[i] = echod_loop_start(&server, i, grpc_fds[i], rest_fds[i], err, sizeof(err))) == NULL) {
             fprintf(stderr, "echod: %s\n", err);
             return EXIT_CONFIG;
         }
     }
-    echod_info("echod %s arm=%s grpc=%s%s admin=%s executor=%s serialize=%s flush=%s loops=%u", ECHOD_VERSION,
+    echod_info("echod %s arm=%s grpc=%s%s admin=%s%s%s executor=%s serialize=%s flush=%s loops=%u", ECHOD_VERSION,
                cfg.arm, cfg.listen.grpc, server.ssl_ctx != NULL ? " (tls)" : "", cfg.listen.admin,
+               cfg.listen.rest[0] != '\0' ? " rest=" : "", cfg.listen.rest,
                echod_exec_mode_name(cfg.executor.mode), echod_serialize_name(cfg.dispatch.serialize),
                echod_flush_name(cfg.transport.flush), nloops);
 

@@ -699,6 +699,22 @@ static void render_saturation(mbuf_t *b)
     double started = stage_started;
     uint64_t marks = stage_marks;
     pthread_mutex_unlock(&stage_mutex);
+    if (metrics_cfg != NULL && metrics_cfg->listen.rest[0] != '\0') {
+        static const char *const codes[5] = {"200", "400", "404", "405", "413"};
+        family(b, "echod_rest_requests_total", "counter", "REST control arm responses, by HTTP status.");
+        for (int i = 0; i < 5; i++)
+            mbuf_printf(b, "echod_rest_requests_total{code=\"%s\"} %" PRIu64 "\n", codes[i],
+                        load(&echod_metrics.rest.responses[i]));
+        family(b, "echod_rest_connections_accepted_total", "counter", "REST control arm connections accepted.");
+        mbuf_printf(b, "echod_rest_connections_accepted_total %" PRIu64 "\n",
+                    load(&echod_metrics.rest.connections_accepted));
+        family(b, "echod_rest_connections_open", "gauge", "REST control arm connections open.");
+        mbuf_printf(b, "echod_rest_connections_open %" PRId64 "\n", (int64_t)load(&echod_metrics.rest.connections_open));
+        family(b, "echod_rest_body_bytes_total", "counter", "REST control arm body bytes, by direction.");
+        mbuf_printf(b, "echod_rest_body_bytes_total{direction=\"in\"} %" PRIu64 "\n", load(&echod_metrics.rest.body_bytes_in));
+        mbuf_printf(b, "echod_rest_body_bytes_total{direction=\"out\"} %" PRIu64 "\n",
+                    load(&echod_metrics.rest.body_bytes_out));
+    }
     family(b, "echod_stage_info", "gauge", "Always 1; names the stage set by POST /admin/mark?stage=NAME.");
     mbuf_puts(b, "echod_stage_info{");
     mbuf_label(b, 1, "stage", name);

@@ -75,6 +75,15 @@ typedef struct {
     echod_histogram_t queue_wait; /* microseconds */
 } echod_exec_metrics_t;
 
+/* The REST control arm (listen.rest), indexed like echod_rest_status_t: 200 400 404 405 413. */
+typedef struct {
+    _Atomic uint64_t responses[5];
+    _Atomic uint64_t connections_accepted;
+    _Atomic uint64_t connections_open; /* a gauge kept as accepted - closed (wraps like the instance's) */
+    _Atomic uint64_t body_bytes_in;
+    _Atomic uint64_t body_bytes_out;
+} echod_rest_metrics_t;
+
 typedef struct {
     _Atomic uint64_t steps[ECHOD_STEP__COUNT];
     _Atomic uint64_t inline_runs;
@@ -103,6 +112,7 @@ typedef struct {
     echod_loop_metrics_t loops[ECHOD_METRICS_MAX_LOOPS];
     _Atomic size_t nloops;
     echod_histogram_t loop_lag; /* microseconds a 100 ms loop timer fired late, all loops */
+    echod_rest_metrics_t rest;
 } echod_metrics_t;
 
 /* The one instance. */

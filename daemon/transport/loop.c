@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "transport/conn.h"
 #include "transport/loop.h"
+#include "transport/rest.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -133,6 +134,8 @@ static void on_control(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
         open += echod_conn_begin_drain(echod_conn_from_link(n));
     }
     ECHOD_ADD(echod_metrics.drain_streams_open, open);
+    if (loop->rest != NULL && echod_rest_stop(loop->rest))
+        loop->rest_done = 1;
     h2o_timeout_link(loop->evloop, &loop->tick, &loop->tick_entry);
 }
 
@@ -143,8 +146,12 @@ static void on_tick(h2o_timeout_entry_t *entry)
 {
     echod_loop_t *loop = H2O_STRUCT_FROM_MEMBER(echod_loop_t, tick_entry, entry);
     uint64_t now = h2o_now(loop->evloop);
+    if (loop->rest != NULL && !loop->rest_done && echod_rest_stop(loop->rest))
+        loop->rest_done = 1;
     if (!loop->cut && now >= loop->drain_deadline_ms) {
         loop->cut = 1;
+        if (loop->rest != NULL && !loop->rest_done)
+            echod_rest_abort(loop->rest); /* a reader that stopped reading would hold stop off for ever */
         for (h2o_linklist_t *n = loop->conns.next, *next; n != &loop->conns; n = next) {
             next = n->next;
             echod_conn_cut(echod_conn_from_link(n));
@@ -183,7 +190,7 @@ static void on_sample(h2o_timeout_entry_t *entry)
 
 static int loop_finished(echod_loop_t *loop)
 {
-    return loop->draining && h2o_linklist_is_empty(&loop->conns) &&
+    return loop->draining && h2o_linklist_is_empty(&loop->conns) && (loop->rest == NULL || loop->rest_done) &&
            atomic_load_explicit(&loop->live_calls, memory_order_acquire) == 0;
 }
 
@@ -195,16 +202,28 @@ static void *loop_main(void *arg)
     pthread_setname_np(pthread_self(), name);
     current_loop = loop;
     h2o_socket_read_start(loop->listener, on_accept);
+    if (loop->rest_fd >= 0) {
+        /* the REST control arm shares this loop but not the dispatch model; created here because
+         * h2o's pools and buffer caches are per thread */
+        char err[256];
+        if ((loop->rest = echod_rest_start(loop->evloop, loop->rest_fd, err, sizeof(err))) == NULL) {
+            echod_error("listen.rest: %s", err);
+            close(loop->rest_fd);
+        }
+    }
     loop->sample_wall_ns = echod_now_ns();
     loop->sample_cpu_ns = thread_cpu_ns();
     h2o_timeout_link(loop->evloop, &loop->sample, &loop->sample_entry);
     while (!loop_finished(loop))
         h2o_evloop_run(loop->evloop, INT32_MAX);
+    if (loop->rest != NULL)
+        echod_rest_dispose(loop->rest);
     current_loop = NULL;
     return NULL;
 }
 
-echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int listen_fd, char *err, size_t errlen)
+echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int listen_fd, int rest_fd, char *err,
+                               size_t errlen)
 {
     echod_loop_t *loop = calloc(1, sizeof(*loop));
     if (loop == NULL) {
@@ -214,6 +233,7 @@ echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int liste
     loop->server = server;
     loop->index = index;
     loop->listen_fd = listen_fd;
+    loop->rest_fd = rest_fd;
     loop->evloop = h2o_evloop_create();
     loop->queue = h2o_multithread_create_queue(loop->evloop);
     h2o_multithread_register_receiver(loop->queue, &loop->tasks, on_tasks);

@@ -48,13 +48,17 @@ typedef struct echod_loop {
     h2o_multithread_message_t shutdown_msg;
     atomic_long live_calls; /* calls of this loop not yet freed (freed on any thread) */
     int listen_fd;
+    int rest_fd;              /* listen.rest, or -1 */
+    struct echod_rest *rest;  /* the REST control arm on this loop, or NULL */
+    int rest_done;            /* its stop has finished (drain) */
 } echod_loop_t;
 
 /* Binds "host:port" (SO_REUSEPORT, so each loop can own a listener). Main thread. */
 int echod_loop_listen(const char *addr, char *err, size_t errlen);
 
-/* Starts the loop thread serving listen_fd. Main thread. */
-echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int listen_fd, char *err, size_t errlen);
+/* Starts the loop thread serving listen_fd (gRPC) and rest_fd (REST control arm, -1 = none). Main thread. */
+echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int listen_fd, int rest_fd, char *err,
+                               size_t errlen);
 
 /* Any thread: queues msg; the loop runs it with the rest of its batch, then flushes. */
 void echod_loop_post(echod_loop_t *loop, echod_loop_msg_t *msg);

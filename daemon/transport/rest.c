@@ -23,6 +23,7 @@
 #endif
 #include <h2o.h>
 
+#include "metrics/metrics.h"
 #include "transport/rest.h"
 #include "util/log.h"
 
@@ -79,6 +80,15 @@ static void count(_Atomic uint64_t *counter, uint64_t n)
     atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n, memory_order_relaxed);
 }
 
+/* The instance's own counter (echod_rest_stats), and the process-wide one /metrics shows: the
+ * instance is freed while draining, when a scrape may still come. */
+#define COUNT(rest, field, n)                                                                                          \
+    do {                                                                                                               \
+        uint64_t n_ = (n);                                                                                             \
+        count(&(rest)->counters.field, n_);                                                                            \
+        ECHOD_ADD(echod_metrics.rest.field, n_);                                                                       \
+    } while (0)
+
 /*
  * h2o answers a body above the limit (413) or a broken content-length or chunked encoding (400)
  * without calling our handler; it only bumps a plain counter in the context. Such a response
@@ -88,8 +98,8 @@ static void sync_emitted(echod_rest_t *rest)
 {
     uint64_t e400 = rest->ctx.emitted_error_status[H2O_STATUS_ERROR_400];
     uint64_t e413 = rest->ctx.emitted_error_status[H2O_STATUS_ERROR_413];
-    count(&rest->counters.responses[ECHOD_REST_STATUS_400], e400 - rest->emitted_seen_400);
-    count(&rest->counters.responses[ECHOD_REST_STATUS_413], e413 - rest->emitted_seen_413);
+    COUNT(rest, responses[ECHOD_REST_STATUS_400], e400 - rest->emitted_seen_400);
+    COUNT(rest, responses[ECHOD_REST_STATUS_413], e413 - rest->emitted_seen_413);
     rest->emitted_seen_400 = e400;
     rest->emitted_seen_413 = e413;
 }
@@ -100,7 +110,7 @@ static void sync_emitted(echod_rest_t *rest)
 static void respond_text(echod_rest_t *rest, h2o_req_t *req, echod_rest_status_t counted, int status,
                          const char *reason, const char *body, size_t len)
 {
-    count(&rest->counters.responses[counted], 1);
+    COUNT(rest, responses[counted], 1);
     req->res.status = status;
     req->res.reason = reason;
     /* h2o_send_inline leaves the length unset (chunked); load tools compare it with what they read. */
@@ -194,9 +204,9 @@ static void echo_body(echod_rest_t *rest, h2o_req_t *req)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
                        H2O_STRLIT("application/octet-stream"));
     }
-    count(&rest->counters.responses[ECHOD_REST_STATUS_200], 1);
-    count(&rest->counters.body_bytes_in, body.len);
-    count(&rest->counters.body_bytes_out, body.len);
+    COUNT(rest, responses[ECHOD_REST_STATUS_200], 1);
+    COUNT(rest, body_bytes_in, body.len);
+    COUNT(rest, body_bytes_out, body.len);
     /*
      * Sent without a copy: the entity lies in the socket's input buffer, which h2o 2.2.5 neither
      * reads into nor consumes until this response is written (reading restarts in on_send_complete).
@@ -220,7 +230,7 @@ static void echo_query(echod_rest_t *rest, h2o_req_t *req)
         return;
     }
     if (!method_is(req, "HEAD"))
-        count(&rest->counters.body_bytes_out, len);
+        COUNT(rest, body_bytes_out, len);
     respond_text(rest, req, ECHOD_REST_STATUS_200, 200, "OK", text, len);
 }
 
@@ -250,7 +260,7 @@ static void on_conn_close(void *data)
     rest_conn_t *conn = data;
     echod_rest_t *rest = conn->rest;
     sync_emitted(rest);
-    count(&rest->counters.connections_open, (uint64_t)-1);
+    COUNT(rest, connections_open, (uint64_t)-1);
     h2o_linklist_unlink(&conn->link);
     free(conn);
 }
@@ -273,8 +283,8 @@ static void on_accept(h2o_socket_t *listener, const char *err)
         conn->sock = sock;
         conn->rest = rest;
         h2o_linklist_insert(&rest->conns, &conn->link);
-        count(&rest->counters.connections_accepted, 1);
-        count(&rest->counters.connections_open, 1);
+        COUNT(rest, connections_accepted, 1);
+        COUNT(rest, connections_open, 1);
         /* Same socket options as the gRPC arm, so the two arms differ only in what runs above TCP. */
         int one = 1;
         setsockopt(h2o_socket_get_fd(sock), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
