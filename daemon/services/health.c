@@ -1,0 +1,272 @@
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include "dispatch/call.h"
+#include "health.pb-c.h"
+#include "services/health.h"
+#include "transport/loop.h"
+
+#define SERVING_STATUS(x) GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__##x
+
+/*
+ * Process-wide, like the loops' shutdown: the flag is read by every Check, and the watcher list
+ * is walked by whichever thread flips the flag (main, on SIGTERM) while Watch calls join and
+ * leave it from their own steps.
+ */
+static atomic_int serving = 1;
+static pthread_mutex_t watchers_mutex = PTHREAD_MUTEX_INITIALIZER;
+static struct watcher *watchers;
+
+/* --- which names are known --- */
+
+static int known_service(const echod_registry_t *reg, const char *name)
+{
+    if (name[0] == '\0')
+        return 1;
+    for (size_t i = 0; i != reg->count; i++)
+        if (strcmp(reg->methods[i]->service, name) == 0)
+            return 1;
+    return 0;
+}
+
+static int status_of(const echod_registry_t *reg, const char *name)
+{
+    if (!known_service(reg, name))
+        return SERVING_STATUS(SERVICE_UNKNOWN);
+    return atomic_load_explicit(&serving, memory_order_acquire) ? SERVING_STATUS(SERVING) : SERVING_STATUS(NOT_SERVING);
+}
+
+static echod_msg_t *pack_response(int status)
+{
+    Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    resp.status = status;
+    size_t size = grpc__health__v1__health_check_response__get_packed_size(&resp);
+    echod_msg_t *out = echod_msg_new((uint32_t)size);
+    grpc__health__v1__health_check_response__pack(&resp, echod_msg_payload(out));
+    return out;
+}
+
+/* NULL after closing the call: grpc-java answers a request it cannot parse with INTERNAL. */
+static Grpc__Health__V1__HealthCheckRequest *unpack_request(echod_call_t *call, echod_msg_t *msg)
+{
+    Grpc__Health__V1__HealthCheckRequest *req =
+        grpc__health__v1__health_check_request__unpack(NULL, msg->len, echod_msg_payload(msg));
+    echod_msg_free(msg);
+    if (req == NULL)
+        echod_call_close(call, ECHOD_INTERNAL, "Invalid protobuf byte sequence");
+    return req;
+}
+
+/* --- Check: one request (grpc-java's unary rules, as in echo.c) --- */
+
+static void check_start(echod_call_t *call)
+{
+    echod_call_request(call, 2);
+}
+
+static void check_message(echod_call_t *call, echod_msg_t *msg)
+{
+    if (call->h.state != NULL) {
+        echod_msg_free(msg);
+        echod_call_close(call, ECHOD_INTERNAL, "Too many requests");
+        return;
+    }
+    call->h.state = msg;
+}
+
+static void check_half_close(echod_call_t *call)
+{
+    echod_msg_t *msg = call->h.state;
+    call->h.state = NULL;
+    if (msg == NULL) {
+        echod_call_close(call, ECHOD_INTERNAL, "Half-closed without a request");
+        return;
+    }
+    Grpc__Health__V1__HealthCheckRequest *req = unpack_request(call, msg);
+    if (req == NULL)
+        return;
+    int status = status_of(&call->server->registry, req->service);
+    if (status == SERVING_STATUS(SERVICE_UNKNOWN)) {
+        char text[160];
+        snprintf(text, sizeof(text), "unknown service %.120s", req->service);
+        echod_call_close(call, ECHOD_NOT_FOUND, text);
+    } else {
+        echod_call_send(call, pack_response(status));
+        echod_call_close(call, ECHOD_OK, NULL);
+    }
+    grpc__health__v1__health_check_request__free_unpacked(req, NULL);
+}
+
+static void check_complete(echod_call_t *call)
+{
+    echod_msg_free(call->h.state);
+    call->h.state = NULL;
+}
+
+/*
+ * --- Watch: one request, then the status now and at every change until the client cancels ---
+ *
+ * A change can come from any thread, but only the call's steps may touch `h` and send. So the
+ * notifier only posts a wake-up to each watcher's loop, and the loop turns it into an on_ready
+ * step: from there the handler compares the status with the last one it sent, like any on_ready
+ * (grpc-java's onReady may also come when nothing changed). Steps run in submission order, and
+ * the loop submits the closed step itself, so a wake-up it submits before seeing the stream
+ * closed always runs before on_complete.
+ */
+
+typedef struct watcher {
+    struct watcher *prev, *next; /* under watchers_mutex, while `listed` */
+    echod_call_t *call;          /* retained while listed: the notifier posts for it */
+    echod_msg_t *request;        /* until half-close */
+    char *service;               /* set at half-close */
+    int sent;                    /* the status last sent, -1 before the first */
+    int listed;
+} watcher_t;
+
+typedef struct {
+    echod_loop_msg_t super;
+    echod_call_t *call;
+} wake_t;
+
+static void wake_run(echod_loop_msg_t *m)
+{
+    wake_t *w = (wake_t *)m;
+    /* io.closed is the loop's, and this is the loop: once set, the closed step may be queued */
+    if (!w->call->io.closed)
+        echod_call_submit(w->call, ECHOD_STEP_ON_READY, NULL);
+    echod_call_release(w->call);
+    free(w);
+}
+
+static void watch_deliver(echod_call_t *call)
+{
+    watcher_t *w = call->h.state;
+    int status = status_of(&call->server->registry, w->service);
+    /* not ready: the client is not reading; the on_ready that follows sends the latest */
+    if (status == w->sent || !echod_call_is_ready(call))
+        return;
+    w->sent = status;
+    echod_call_send(call, pack_response(status));
+}
+
+static void watch_start(echod_call_t *call)
+{
+    watcher_t *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        abort();
+    w->call = call;
+    w->sent = -1;
+    call->h.state = w;
+    echod_call_request(call, 2);
+}
+
+static void watch_message(echod_call_t *call, echod_msg_t *msg)
+{
+    watcher_t *w = call->h.state;
+    if (w->request != NULL || w->service != NULL) {
+        echod_msg_free(msg);
+        echod_call_close(call, ECHOD_INTERNAL, "Too many requests");
+        return;
+    }
+    w->request = msg;
+}
+
+static void watch_half_close(echod_call_t *call)
+{
+    watcher_t *w = call->h.state;
+    echod_msg_t *msg = w->request;
+    w->request = NULL;
+    if (msg == NULL) {
+        echod_call_close(call, ECHOD_INTERNAL, "Half-closed without a request");
+        return;
+    }
+    Grpc__Health__V1__HealthCheckRequest *req = unpack_request(call, msg);
+    if (req == NULL)
+        return;
+    w->service = strdup(req->service);
+    grpc__health__v1__health_check_request__free_unpacked(req, NULL);
+
+    /* listed before the status is read: a flip after the read then finds us and wakes us */
+    echod_call_retain(call);
+    pthread_mutex_lock(&watchers_mutex);
+    w->listed = 1;
+    w->next = watchers;
+    if (watchers != NULL)
+        watchers->prev = w;
+    watchers = w;
+    pthread_mutex_unlock(&watchers_mutex);
+    watch_deliver(call);
+}
+
+static void watch_ready(echod_call_t *call)
+{
+    watcher_t *w = call->h.state;
+    if (w != NULL && w->service != NULL)
+        watch_deliver(call);
+}
+
+static void watch_complete(echod_call_t *call)
+{
+    watcher_t *w = call->h.state;
+    if (w == NULL)
+        return;
+    call->h.state = NULL;
+    if (w->listed) {
+        pthread_mutex_lock(&watchers_mutex);
+        if (w->prev != NULL)
+            w->prev->next = w->next;
+        else
+            watchers = w->next;
+        if (w->next != NULL)
+            w->next->prev = w->prev;
+        pthread_mutex_unlock(&watchers_mutex);
+        echod_call_release(call);
+    }
+    echod_msg_free(w->request);
+    free(w->service);
+    free(w);
+}
+
+/* --- the serving state --- */
+
+void echod_health_set_serving(echod_server_t *server, int serving_now)
+{
+    (void)server;
+    int value = serving_now != 0;
+    if (atomic_exchange_explicit(&serving, value, memory_order_acq_rel) == value)
+        return;
+    pthread_mutex_lock(&watchers_mutex);
+    for (watcher_t *w = watchers; w != NULL; w = w->next) {
+        wake_t *wake = calloc(1, sizeof(*wake)); /* zeroed: h2o asserts the link is not linked */
+        if (wake == NULL)
+            abort();
+        wake->super.run = wake_run;
+        wake->call = w->call;
+        echod_call_retain(w->call);
+        echod_loop_post(w->call->loop, &wake->super);
+    }
+    pthread_mutex_unlock(&watchers_mutex);
+}
+
+int echod_health_is_serving(const echod_server_t *server)
+{
+    (void)server;
+    return atomic_load_explicit(&serving, memory_order_acquire);
+}
+
+/* one method per block, fields grouped as in echo.c */
+/* clang-format off */
+#define SERVICE "grpc.health.v1.Health"
+
+static const echod_method_t check = {
+    .path = "/" SERVICE "/Check", .service = SERVICE, .name = "Check", .type = ECHOD_GRPC_UNARY,
+    .on_start = check_start, .on_message = check_message, .on_half_close = check_half_close,
+    .on_complete = check_complete, .on_loop = 1};
+static const echod_method_t watch = {
+    .path = "/" SERVICE "/Watch", .service = SERVICE, .name = "Watch", .type = ECHOD_GRPC_SERVER_STREAM,
+    .on_start = watch_start, .on_message = watch_message, .on_half_close = watch_half_close,
+    .on_ready = watch_ready, .on_complete = watch_complete, .on_loop = 1};
+/* clang-format on */
+
+const echod_method_t *const echod_health_methods[] = {&check, &watch, NULL};
