@@ -10,9 +10,9 @@
 #define SERVING_STATUS(x) GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__##x
 
 /*
- * Process-wide, like the loops' shutdown: the flag is read by every Check, and the watcher list
- * is walked by whichever thread flips the flag (main, on SIGTERM) while Watch calls join and
- * leave it from their own steps.
+ * Process-wide: every Check reads the flag on its own loop, and the watcher list is walked by
+ * whichever thread flips the flag (main, on SIGTERM) while Watch calls join and leave it from
+ * their own steps.
  */
 static atomic_int serving = 1;
 static pthread_mutex_t watchers_mutex = PTHREAD_MUTEX_INITIALIZER;

@@ -13,8 +13,9 @@ extern const echod_method_t *const echod_health_methods[];
 
 /*
  * Any thread. Every known name reports SERVING (nonzero) or NOT_SERVING (0): main calls it
- * with 0 when a drain starts. Each open Watch stream gets the new status. Echod starts SERVING.
- * The state is process-wide (one server per process); `server` names whose it is.
+ * with 0 when a drain starts, and each open Watch stream is sent the new status. Echod starts
+ * SERVING. The state is process-wide (one server per process); `server` keeps the call sites
+ * honest should that change.
  */
 void echod_health_set_serving(echod_server_t *server, int serving);
 

@@ -1,6 +1,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include "descriptor_set.h"
 #include "dispatch/call.h"
 #include "reflection.pb-c.h"
