@@ -12,6 +12,7 @@
 #include "admin/admin.h"
 #include "config/config.h"
 #include "metrics/metrics.h"
+#include "services/health.h"
 #include "transport/loop.h"
 #include "transport/server.h"
 #include "transport/tls.h"
@@ -181,6 +182,7 @@ int main(int argc, char **argv)
     /* Kubernetes removes the pod from endpoints only after readiness fails: keep serving for
      * shutdown.announce while /readyz says 503, then GOAWAY. A second signal cuts it short. */
     echod_admin_set_draining(admin);
+    echod_health_set_serving(&server, 0);
     if (cfg.shutdown.announce_ms != 0) {
         echod_info("signal %d: not ready; announcing for %llu ms before GOAWAY", sig,
                    (unsigned long long)cfg.shutdown.announce_ms);

@@ -699,7 +699,7 @@ static void render_saturation(mbuf_t *b)
     double started = stage_started;
     uint64_t marks = stage_marks;
     pthread_mutex_unlock(&stage_mutex);
-    if (metrics_cfg != NULL && metrics_cfg->listen.rest[0] != '\0') {
+    if (metrics_cfg != NULL && metrics_cfg->listen.rest != NULL && metrics_cfg->listen.rest[0] != '\0') {
         static const char *const codes[5] = {"200", "400", "404", "405", "413"};
         family(b, "echod_rest_requests_total", "counter", "REST control arm responses, by HTTP status.");
         for (int i = 0; i < 5; i++)

@@ -194,6 +194,60 @@ static int loop_finished(echod_loop_t *loop)
            atomic_load_explicit(&loop->live_calls, memory_order_acquire) == 0;
 }
 
+/*
+ * Everything h2o of a loop is created, run and destroyed on the loop's own thread: h2o keeps
+ * per-thread buffer caches, and a socket made on another thread would share that thread's.
+ */
+static int loop_setup(echod_loop_t *loop)
+{
+    const echod_config_t *cfg = loop->server->cfg;
+    loop->evloop = h2o_evloop_create();
+    loop->queue = h2o_multithread_create_queue(loop->evloop);
+    h2o_multithread_register_receiver(loop->queue, &loop->tasks, on_tasks);
+    h2o_multithread_register_receiver(loop->queue, &loop->control, on_control);
+    h2o_timeout_init(loop->evloop, &loop->tail, 0);
+    h2o_timeout_init(loop->evloop, &loop->deadlines, 0);
+    h2o_timeout_init(loop->evloop, &loop->tick, 10);
+    loop->tick_entry.cb = on_tick;
+    h2o_timeout_init(loop->evloop, &loop->handshake, cfg->transport.handshake_timeout_ms);
+    h2o_timeout_init(loop->evloop, &loop->idle, cfg->transport.idle_timeout_ms);
+    h2o_timeout_init(loop->evloop, &loop->sample, SAMPLE_MS);
+    loop->sample_entry.cb = on_sample;
+    loop->listener = h2o_evloop_socket_create(loop->evloop, loop->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
+    loop->listener->data = loop;
+    h2o_socket_read_start(loop->listener, on_accept);
+    if (loop->rest_fd >= 0) {
+        /* the REST control arm shares this loop but not the dispatch model */
+        char err[256];
+        if ((loop->rest = echod_rest_start(loop->evloop, loop->rest_fd, err, sizeof(err))) == NULL) {
+            echod_error("listen.rest: %s", err);
+            close(loop->rest_fd);
+        }
+    }
+    return 0;
+}
+
+static void loop_teardown(echod_loop_t *loop)
+{
+    if (loop->rest != NULL)
+        echod_rest_dispose(loop->rest);
+    h2o_timeout_unlink(&loop->tick_entry);
+    h2o_timeout_unlink(&loop->sample_entry);
+    h2o_multithread_unregister_receiver(loop->queue, &loop->tasks);
+    h2o_multithread_unregister_receiver(loop->queue, &loop->control);
+    h2o_multithread_destroy_queue(loop->queue);
+    /* 2.2.5's destroy_queue neither frees the queue nor runs the deferred socket close */
+    h2o_evloop_run(loop->evloop, 0);
+    free(loop->queue);
+    h2o_timeout_dispose(loop->evloop, &loop->tail);
+    h2o_timeout_dispose(loop->evloop, &loop->deadlines);
+    h2o_timeout_dispose(loop->evloop, &loop->tick);
+    h2o_timeout_dispose(loop->evloop, &loop->sample);
+    h2o_timeout_dispose(loop->evloop, &loop->handshake);
+    h2o_timeout_dispose(loop->evloop, &loop->idle);
+    h2o_evloop_destroy(loop->evloop);
+}
+
 static void *loop_main(void *arg)
 {
     echod_loop_t *loop = arg;
@@ -201,23 +255,19 @@ static void *loop_main(void *arg)
     snprintf(name, sizeof(name), "echod-io-%u", loop->index);
     pthread_setname_np(pthread_self(), name);
     current_loop = loop;
-    h2o_socket_read_start(loop->listener, on_accept);
-    if (loop->rest_fd >= 0) {
-        /* the REST control arm shares this loop but not the dispatch model; created here because
-         * h2o's pools and buffer caches are per thread */
-        char err[256];
-        if ((loop->rest = echod_rest_start(loop->evloop, loop->rest_fd, err, sizeof(err))) == NULL) {
-            echod_error("listen.rest: %s", err);
-            close(loop->rest_fd);
-        }
-    }
+    loop_setup(loop);
+    /* from here other threads may post to this loop */
+    pthread_mutex_lock(&loop->ready_mutex);
+    loop->ready = 1;
+    pthread_cond_signal(&loop->ready_cond);
+    pthread_mutex_unlock(&loop->ready_mutex);
+
     loop->sample_wall_ns = echod_now_ns();
     loop->sample_cpu_ns = thread_cpu_ns();
     h2o_timeout_link(loop->evloop, &loop->sample, &loop->sample_entry);
     while (!loop_finished(loop))
         h2o_evloop_run(loop->evloop, INT32_MAX);
-    if (loop->rest != NULL)
-        echod_rest_dispose(loop->rest);
+    loop_teardown(loop);
     current_loop = NULL;
     return NULL;
 }
@@ -234,28 +284,21 @@ echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int liste
     loop->index = index;
     loop->listen_fd = listen_fd;
     loop->rest_fd = rest_fd;
-    loop->evloop = h2o_evloop_create();
-    loop->queue = h2o_multithread_create_queue(loop->evloop);
-    h2o_multithread_register_receiver(loop->queue, &loop->tasks, on_tasks);
-    h2o_multithread_register_receiver(loop->queue, &loop->control, on_control);
-    h2o_timeout_init(loop->evloop, &loop->tail, 0);
-    h2o_timeout_init(loop->evloop, &loop->deadlines, 0);
-    h2o_timeout_init(loop->evloop, &loop->tick, 10);
-    loop->tick_entry.cb = on_tick;
-    h2o_timeout_init(loop->evloop, &loop->handshake, server->cfg->transport.handshake_timeout_ms);
-    h2o_timeout_init(loop->evloop, &loop->idle, server->cfg->transport.idle_timeout_ms);
-    h2o_timeout_init(loop->evloop, &loop->sample, SAMPLE_MS);
-    loop->sample_entry.cb = on_sample;
     loop->metrics = echod_metrics_add_loop(index);
     h2o_linklist_init_anchor(&loop->conns);
     atomic_init(&loop->live_calls, 0);
-    loop->listener = h2o_evloop_socket_create(loop->evloop, listen_fd, H2O_SOCKET_FLAG_DONT_READ);
-    loop->listener->data = loop;
+    pthread_mutex_init(&loop->ready_mutex, NULL);
+    pthread_cond_init(&loop->ready_cond, NULL);
     int rv = pthread_create(&loop->thread, NULL, loop_main, loop);
     if (rv != 0) {
         snprintf(err, errlen, "cannot start I/O thread: %s", strerror(rv));
+        free(loop);
         return NULL;
     }
+    pthread_mutex_lock(&loop->ready_mutex);
+    while (!loop->ready)
+        pthread_cond_wait(&loop->ready_cond, &loop->ready_mutex);
+    pthread_mutex_unlock(&loop->ready_mutex);
     return loop;
 }
 
@@ -268,20 +311,7 @@ void echod_loop_shutdown(echod_loop_t *loop)
 void echod_loop_join(echod_loop_t *loop)
 {
     pthread_join(loop->thread, NULL);
-    h2o_timeout_unlink(&loop->tick_entry);
-    h2o_timeout_unlink(&loop->sample_entry);
-    h2o_multithread_unregister_receiver(loop->queue, &loop->tasks);
-    h2o_multithread_unregister_receiver(loop->queue, &loop->control);
-    h2o_multithread_destroy_queue(loop->queue);
-    /* 2.2.5's destroy_queue neither frees the queue nor runs the deferred socket close */
-    h2o_evloop_run(loop->evloop, 0);
-    free(loop->queue);
-    h2o_timeout_dispose(loop->evloop, &loop->tail);
-    h2o_timeout_dispose(loop->evloop, &loop->deadlines);
-    h2o_timeout_dispose(loop->evloop, &loop->tick);
-    h2o_timeout_dispose(loop->evloop, &loop->sample);
-    h2o_timeout_dispose(loop->evloop, &loop->handshake);
-    h2o_timeout_dispose(loop->evloop, &loop->idle);
-    h2o_evloop_destroy(loop->evloop);
+    pthread_mutex_destroy(&loop->ready_mutex);
+    pthread_cond_destroy(&loop->ready_cond);
     free(loop);
 }
