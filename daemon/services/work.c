@@ -150,6 +150,7 @@ void echod_work_burn_cpu(uint32_t us)
         for (int i = 0; i < 500; i++)
             sink += (uint64_t)i * 2654435761u;
     } while (thread_cpu_ns() < until);
+    (void)sink;
 }
 
 /* xorshift per thread: error_rate only needs a fair coin, not a shared generator. */
