@@ -887,6 +887,11 @@ void echod_conn_goaway(echod_conn_t *conn)
 {
     if (conn->closed || conn->goaway_notice)
         return;
+    if (conn->ngh == NULL) {
+        /* still in the TLS handshake: no session to say GOAWAY with, and no call to wait for */
+        conn_close(conn);
+        return;
+    }
     conn->goaway_notice = 1;
     nghttp2_submit_shutdown_notice(conn->ngh);
     nghttp2_submit_ping(conn->ngh, NGHTTP2_FLAG_NONE, goaway_ping);
@@ -910,6 +915,10 @@ void echod_conn_cut(echod_conn_t *conn)
 {
     if (conn->closed)
         return;
+    if (conn->ngh == NULL) {
+        conn_close(conn);
+        return;
+    }
     for (echod_call_t *call = conn->calls; call != NULL; call = call->io.next_in_conn) {
         if (call->io.rejected || call->io.trailers_queued)
             continue;
