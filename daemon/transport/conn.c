@@ -822,10 +822,12 @@ static void on_read_held(echod_conn_t *conn, h2o_socket_t *sock, const char *err
     ssize_t rv = nghttp2_session_mem_recv(conn->ngh, (const uint8_t *)sock->input->bytes, sock->input->size);
     conn->in_recv = 0;
     if (rv < 0) {
-        /* nghttp2 queued a GOAWAY for protocol errors; send it, then close */
+        /* Send the GOAWAY, then close. nghttp2 queues one for protocol errors (terminating again keeps
+         * it); not for a bad preface or FLOODED (SETTINGS/PING acks piling up), where a session still
+         * wanting to read would keep this read-stopped connection open forever. */
         echod_debug("connection: nghttp2_session_mem_recv: %s", nghttp2_strerror((int)rv));
-        if (rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC || !nghttp2_session_want_write(conn->ngh))
-            nghttp2_session_terminate_session(conn->ngh, NGHTTP2_PROTOCOL_ERROR);
+        nghttp2_session_terminate_session(conn->ngh, rv == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM
+                                                                               : NGHTTP2_PROTOCOL_ERROR);
         h2o_buffer_consume(&sock->input, sock->input->size);
         h2o_socket_read_stop(sock);
         echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_READ_COMPLETE);
