@@ -43,6 +43,12 @@ static void final_goaway(echod_conn_t *conn);
 
 /* The PING sent with the GOAWAY notice; its ack triggers the final GOAWAY. */
 static const uint8_t goaway_ping[8] = {'e', 'c', 'h', 'o', 'd', 'g', 'o', 'a'};
+/*
+ * A peer that never acks that PING gets the final GOAWAY after this long anyway (python-h2 drops
+ * its queued ack when the GOAWAY arrives). grpc-java waits 10 s; the ack only has to cover one
+ * round trip, and a stream that loses the race is refused above last-stream-id, which gRPC retries.
+ */
+#define GOAWAY_PING_TIMEOUT_MS 2000
 
 static void conn_hold(echod_conn_t *conn)
 {
@@ -208,10 +214,23 @@ static void on_guard(h2o_timeout_entry_t *entry)
         close_for(conn, ECHOD_CLOSE_HANDSHAKE_TIMEOUT); /* nothing to say to a peer that never spoke HTTP/2 */
         return;
     }
-    ECHOD_COUNT(echod_metrics.connections_closed[ECHOD_CLOSE_IDLE]);
     conn_hold(conn);
-    echod_conn_goaway(conn); /* closes once the final GOAWAY is out and no stream is open */
+    if (conn->goaway_notice) {
+        /* the GOAWAY PING was never acked: without this an idle or aged connection would stay forever */
+        final_goaway(conn);
+        echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);
+    } else {
+        ECHOD_COUNT(echod_metrics.connections_closed[ECHOD_CLOSE_IDLE]);
+        echod_conn_goaway(conn); /* closes once the final GOAWAY is out and no stream is open */
+    }
     echod_conn_release(conn);
+}
+
+/* After the GOAWAY notice the guard timer waits for the PING ack (the idle timer has no use then). */
+static void arm_goaway_ping_timeout(echod_conn_t *conn)
+{
+    h2o_timeout_unlink(&conn->guard_entry);
+    echod_loop_link_deadline(conn->loop, &conn->guard_entry, h2o_now(conn->loop->evloop) + GOAWAY_PING_TIMEOUT_MS);
 }
 
 /* Idle means no open stream: the timer runs only while conn->calls is empty. */
@@ -706,7 +725,10 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
         /* the preface and a first frame arrived: the handshake timer gives way to the idle one */
         conn->established = 1;
         h2o_timeout_unlink(&conn->guard_entry);
-        update_idle(conn);
+        if (conn->goaway_notice)
+            arm_goaway_ping_timeout(conn);
+        else
+            update_idle(conn);
     }
     if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK) && conn->goaway_notice &&
         memcmp(frame->ping.opaque_data, goaway_ping, sizeof(goaway_ping)) == 0) {
@@ -897,6 +919,8 @@ void echod_conn_goaway(echod_conn_t *conn)
     conn->goaway_notice = 1;
     nghttp2_submit_shutdown_notice(conn->ngh);
     nghttp2_submit_ping(conn->ngh, NGHTTP2_FLAG_NONE, goaway_ping);
+    if (conn->established) /* else the handshake timer still runs, and closes it */
+        arm_goaway_ping_timeout(conn);
     echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);
 }
 
