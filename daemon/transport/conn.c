@@ -32,6 +32,7 @@ struct echod_conn {
     h2o_timeout_entry_t guard_entry; /* handshake, then idle timeout */
     h2o_timeout_entry_t age_entry;   /* max_connection_age, then its grace */
     size_t header_bytes;             /* of the request header block being received */
+    uint64_t reset_budget, reset_budget_ms; /* RST_STREAMs the peer may still send, in 1/1000ths; refilled then */
     echod_conn_t *next_batch_dirty;
     size_t frames; /* sent since the last counted flush */
     unsigned in_recv : 1, processing : 1, closed : 1, goaway_notice : 1, goaway_final : 1, immediate_due : 1,
@@ -718,6 +719,25 @@ static void request_headers_done(echod_call_t *call)
     touch(call);
 }
 
+/*
+ * transport.max_resets_per_second as a token bucket (burst = one second's worth). nghttp2's own
+ * limiter answers with GOAWAY(INTERNAL_ERROR) and leaves the connection open; this one terminates
+ * it with ENHANCE_YOUR_CALM, as the config promises. True when the peer is over the rate.
+ */
+static int reset_flood(echod_conn_t *conn)
+{
+    uint64_t rate = conn->loop->server->cfg->transport.max_resets_per_second, now = h2o_now(conn->loop->evloop);
+    if (rate == 0)
+        return 0;
+    uint64_t budget = conn->reset_budget + (now - conn->reset_budget_ms) * rate, cap = rate * 1000;
+    conn->reset_budget = budget < cap ? budget : cap;
+    conn->reset_budget_ms = now;
+    if (conn->reset_budget < 1000)
+        return 1;
+    conn->reset_budget -= 1000;
+    return 0;
+}
+
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
 {
     echod_conn_t *conn = user_data;
@@ -733,6 +753,11 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK) && conn->goaway_notice &&
         memcmp(frame->ping.opaque_data, goaway_ping, sizeof(goaway_ping)) == 0) {
         final_goaway(conn);
+        return 0;
+    }
+    if (frame->hd.type == NGHTTP2_RST_STREAM && reset_flood(conn)) {
+        echod_debug("connection: over transport.max_resets_per_second, closing");
+        nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM); /* the rest of the input is ignored */
         return 0;
     }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
@@ -976,7 +1001,9 @@ static int session_start(echod_conn_t *conn)
     nghttp2_option_new(&opt);
     nghttp2_option_set_no_auto_window_update(opt, 1);
     /* CVE-2023-44487: a peer resetting streams faster than this gets GOAWAY(ENHANCE_YOUR_CALM) */
-    uint64_t resets = cfg->transport.max_resets_per_second != 0 ? cfg->transport.max_resets_per_second : UINT32_MAX;
+    /* reset_flood() enforces the rate; nghttp2's own limiter stays as a backstop at twice it */
+    uint64_t resets =
+        cfg->transport.max_resets_per_second != 0 ? 2 * (uint64_t)cfg->transport.max_resets_per_second : UINT32_MAX;
     nghttp2_option_set_stream_reset_rate_limit(opt, resets, resets);
     nghttp2_option_set_max_continuations(opt, 8);
     int rv = nghttp2_session_server_new2(&conn->ngh, cbs, conn, opt);
@@ -984,6 +1011,8 @@ static int session_start(echod_conn_t *conn)
     nghttp2_session_callbacks_del(cbs);
     if (rv != 0)
         return -1;
+    conn->reset_budget = (uint64_t)cfg->transport.max_resets_per_second * 1000;
+    conn->reset_budget_ms = h2o_now(conn->loop->evloop);
     nghttp2_settings_entry settings[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, cfg->transport.max_concurrent_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, cfg->transport.initial_window_bytes},
