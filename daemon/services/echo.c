@@ -159,21 +159,85 @@ static void unary_half_close(echod_call_t *call)
     echod_call_close(call, ECHOD_OK, NULL);
 }
 
-static void server_streaming_half_close(echod_call_t *call)
-{
-    echod_msg_t *req = take_request(call);
-    if (req == NULL || (req = work_then_reply(call, req)) == NULL)
-        return;
-    unsigned count = call->server->cfg->echo.server_streaming_count;
-    for (unsigned i = 1; i < count; i++)
-        echod_call_send(call, echod_msg_from(echod_msg_payload(req), req->len));
-    echod_call_send(call, req);
-    echod_call_close(call, ECHOD_OK, NULL);
-}
-
 static void free_state_msg(echod_call_t *call)
 {
     echod_msg_free(call->h.state);
+    call->h.state = NULL;
+}
+
+/* --- ServerStreamingEcho: the response count times, as fast as the client reads them --- */
+
+typedef struct {
+    echod_msg_t *req; /* the request until half-close, then the response to repeat */
+    unsigned left;    /* copies still to send */
+} stream_out_t;
+
+static void server_streaming_start(echod_call_t *call)
+{
+    call->h.state = calloc(1, sizeof(stream_out_t));
+    if (call->h.state == NULL) {
+        echod_call_close(call, ECHOD_RESOURCE_EXHAUSTED, "Out of memory");
+        return;
+    }
+    echod_call_request(call, 2);
+}
+
+static void server_streaming_message(echod_call_t *call, echod_msg_t *msg)
+{
+    stream_out_t *s = call->h.state;
+    if (s->req != NULL) {
+        echod_msg_free(msg);
+        echod_call_close(call, ECHOD_INTERNAL, "Too many requests");
+        return;
+    }
+    if (accept_request(call, msg))
+        s->req = msg;
+}
+
+/* Sends while the stream is ready (grpc-java's isReady): a client that does not read holds up the
+ * copies, not memory. on_ready resumes once the queued bytes drain. */
+static void server_streaming_send(echod_call_t *call)
+{
+    stream_out_t *s = call->h.state;
+    while (s->left != 0 && echod_call_is_ready(call)) {
+        if (--s->left != 0) {
+            echod_call_send(call, echod_msg_from(echod_msg_payload(s->req), s->req->len));
+        } else {
+            echod_call_send(call, s->req); /* the last copy is the response itself */
+            s->req = NULL;
+            echod_call_close(call, ECHOD_OK, NULL);
+        }
+    }
+}
+
+static void server_streaming_half_close(echod_call_t *call)
+{
+    stream_out_t *s = call->h.state;
+    echod_msg_t *req = s->req;
+    s->req = NULL;
+    if (req == NULL) {
+        echod_call_close(call, ECHOD_INTERNAL, "Half-closed without a request");
+        return;
+    }
+    if ((s->req = work_then_reply(call, req)) == NULL)
+        return;
+    s->left = call->server->cfg->echo.server_streaming_count;
+    server_streaming_send(call);
+}
+
+static void server_streaming_ready(echod_call_t *call)
+{
+    stream_out_t *s = call->h.state;
+    if (s != NULL && s->left != 0)
+        server_streaming_send(call);
+}
+
+static void server_streaming_complete(echod_call_t *call)
+{
+    stream_out_t *s = call->h.state;
+    if (s != NULL)
+        echod_msg_free(s->req);
+    free(s);
     call->h.state = NULL;
 }
 
@@ -290,8 +354,9 @@ static const echod_method_t unary = {
     .on_complete = free_state_msg};
 static const echod_method_t server_streaming = {
     .path = "/" SERVICE "/ServerStreamingEcho", .service = SERVICE, .name = "ServerStreamingEcho",
-    .type = ECHOD_GRPC_SERVER_STREAM, .on_start = single_start, .on_message = single_message,
-    .on_half_close = server_streaming_half_close, .on_complete = free_state_msg};
+    .type = ECHOD_GRPC_SERVER_STREAM, .on_start = server_streaming_start, .on_message = server_streaming_message,
+    .on_half_close = server_streaming_half_close, .on_ready = server_streaming_ready,
+    .on_complete = server_streaming_complete};
 static const echod_method_t client_streaming = {
     .path = "/" SERVICE "/ClientStreamingEcho", .service = SERVICE, .name = "ClientStreamingEcho",
     .type = ECHOD_GRPC_CLIENT_STREAM, .on_start = client_streaming_start, .on_message = client_streaming_message,
