@@ -1,3 +1,4 @@
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "dispatch/call.h"
@@ -267,11 +268,27 @@ static void client_streaming_message(echod_call_t *call, echod_msg_t *msg)
         return;
     }
     size_t n = strlen(req->message);
+    /* the response is one message: bound it as echod bounds requests, or a client that streams
+     * long enough would grow this without limit (and past the 32-bit gRPC length) */
+    uint32_t max = call->server->cfg->transport.max_receive_message_bytes;
+    if (c->len + n > max) {
+        grpc__examples__echo__echo_request__free_unpacked(req, NULL);
+        char text[160];
+        snprintf(text, sizeof(text), "Concatenation larger than max (transport.max_receive_message_bytes %u)", max);
+        echod_call_close(call, ECHOD_RESOURCE_EXHAUSTED, text);
+        return;
+    }
     if (c->len + n > c->cap) {
         size_t cap = c->cap == 0 ? 256 : c->cap;
         while (cap < c->len + n)
             cap *= 2;
-        c->data = realloc(c->data, cap);
+        char *data = realloc(c->data, cap);
+        if (data == NULL) {
+            grpc__examples__echo__echo_request__free_unpacked(req, NULL);
+            echod_call_close(call, ECHOD_RESOURCE_EXHAUSTED, "Out of memory");
+            return;
+        }
+        c->data = data;
         c->cap = cap;
     }
     memcpy(c->data + c->len, req->message, n);
