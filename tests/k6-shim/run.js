@@ -8,13 +8,19 @@
  * parameter k6 rejects or misreads a response fails here too.
  *
  *   node tests/k6-shim/run.js SCRIPT [--target HOST:PORT] [--iterations N] [--vus N]
- *        [--env K=V]... [--scenario NAME] [--schedule] [--out csv=FILE]
+ *        [--env K=V]... [--scenario NAME] [--schedule] [--execution-segment A:B]
+ *        [--max-lag-ms MS] [--start-at UNIX_MS] [--warmup-iterations N] [--out csv=FILE]
  *        [--summary-export FILE] [--iteration-timeout SECONDS] [--quiet]
  *
  * --target sets __ENV.TARGET. Each scenario's exec function (or `default`) runs --iterations
  * times (default 1) on each of --vus VUs (default 1); with --schedule, constant-arrival-rate and
  * ramping-arrival-rate scenarios start their iterations at the times k6 would (one VU, so only
- * low rates are honoured) and --iterations is ignored for them.
+ * low rates are honoured) and --iterations is ignored for them; --execution-segment 1/4:2/4
+ * keeps that share of their iterations, as k6 does for one of several instances (run N shims
+ * side by side to offer N VUs' worth of concurrency, with one --start-at so their steps line
+ * up; deploy/report adds their CSVs up; --warmup-iterations N runs N unmeasured iterations
+ * first, so connecting is not part of step 1). A scheduled iteration more than --max-lag-ms (1000)
+ * late is dropped (dropped_iterations), as k6 drops what no free VU can start.
  *
  * Exit status: 0 all iterations ran without an exception and every check passed; 1 a check
  * failed or an iteration threw (unknown method, bad parameter, reading a missing field...);
@@ -33,14 +39,15 @@ const output = require('./lib/output');
 function usage(msg) {
   if (msg) process.stderr.write(`k6-shim: ${msg}\n`);
   process.stderr.write('usage: node run.js SCRIPT [--target HOST:PORT] [--iterations N] [--vus N] '
-    + '[--env K=V]... [--scenario NAME] [--schedule] [--out csv=FILE] [--summary-export FILE] '
+    + '[--env K=V]... [--scenario NAME] [--schedule] [--execution-segment A:B] [--max-lag-ms MS] [--start-at UNIX_MS] [--warmup-iterations N] [--out csv=FILE] [--summary-export FILE] '
     + '[--iteration-timeout SECONDS] [--quiet]\n');
   process.exit(2);
 }
 
 function parseArgs(argv) {
   const a = { env: {}, iterations: 1, vus: 1, scenario: null, schedule: false, outs: [],
-    summaryExport: null, iterationTimeoutS: 120, quiet: false, script: null };
+    summaryExport: null, iterationTimeoutS: 120, quiet: false, script: null, segment: null,
+    maxLagMs: 1000, startAt: null, warmup: 0 };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const val = () => {
@@ -60,6 +67,10 @@ function parseArgs(argv) {
       }
       case '--scenario': a.scenario = val(); break;
       case '--schedule': a.schedule = true; break;
+      case '--execution-segment': a.segment = parseSegment(val()); break;
+      case '--max-lag-ms': a.maxLagMs = Number(val()); break;
+      case '--start-at': a.startAt = Number(val()); break;
+      case '--warmup-iterations': a.warmup = Number(val()); break;
       case '--out': case '-o': a.outs.push(val()); break;
       case '--summary-export': a.summaryExport = val(); break;
       case '--iteration-timeout': a.iterationTimeoutS = Number(val()); break;
@@ -73,6 +84,28 @@ function parseArgs(argv) {
   if (!a.script) usage('no script given');
   if (!(a.iterations >= 0) || !(a.vus >= 1)) usage('--iterations must be >= 0 and --vus >= 1');
   return a;
+}
+
+// k6's --execution-segment FROM:TO (fractions like 1/4 or 0.25): this instance's share.
+function parseSegment(text) {
+  const frac = (x) => {
+    const [n, d] = x.split('/');
+    const v = d === undefined ? Number(n) : Number(n) / Number(d);
+    if (!(v >= 0 && v <= 1)) usage(`bad execution segment ${text}`);
+    return v;
+  };
+  const parts = text.split(':');
+  const seg = parts.length === 1 ? [0, frac(parts[0])] : [frac(parts[0]), frac(parts[1])];
+  if (!(seg[0] < seg[1])) usage(`bad execution segment ${text}`);
+  return seg;
+}
+
+// Iteration i of an arrival-rate scenario belongs to the segment [from, to) when the segment's
+// running share of iterations grows at i (spreads the share evenly over the schedule).
+function inSegment(i, seg) {
+  if (!seg) return true;
+  const share = (n) => Math.floor(n * seg[1] + 1e-9) - Math.floor(n * seg[0] + 1e-9);
+  return share(i + 1) > share(i);
 }
 
 function durationMs(v, what) {
@@ -99,6 +132,7 @@ function arrivalOffsets(sc) {
     const d = durationMs(sc.duration, 'duration');
     const gap = unit / sc.rate;
     for (let t = 0; t < d; t += gap) out.push(t);
+    out.endMs = d;
     return out;
   }
   let rate = (sc.startRate || 0) / unit; // iterations per ms
@@ -118,6 +152,7 @@ function arrivalOffsets(sc) {
     t0 += d;
     rate = r1;
   }
+  out.endMs = t0;
   return out;
 }
 
@@ -236,25 +271,56 @@ async function main() {
   }
 
   try {
+    const waitForStart = async () => {
+      const wait = args.startAt - Date.now();
+      if (wait > 0) await new Promise((r) => rt.realSetTimeout(r, wait));
+    };
     for (const sc of scenarios) {
       const scheduled = args.schedule && ['constant-arrival-rate', 'ramping-arrival-rate'].includes(sc.executor);
-      const offsets = scheduled ? arrivalOffsets(sc) : null;
+      const all = scheduled ? arrivalOffsets(sc) : null;
+      const offsets = scheduled ? all.filter((_, i) => inSegment(i, args.segment)) : null;
       const total = scheduled ? offsets.length : args.iterations * vus.length;
+      const first = sc === scenarios[0];
       st.scenario = { name: sc.name, executor: sc.executor || 'per-vu-iterations', startTime: Date.now(),
         tags: sc.tags || {}, iterationsStarted: 0, progress: () => (total ? st.scenario.iterationsStarted / total : 1) };
       global.__ENV = { ...st.env, ...(sc.env || {}) };
       st.phase = 'run';
       for (const vu of vus) vu.iterInScenario = -1;
+      const fn = (vu) => vu.module[sc.exec || 'default'];
       if (scheduled) {
+        // One VU: an iteration that falls due more than --max-lag-ms before the VU is free is
+        // dropped and counted in dropped_iterations, as k6 does when an arrival-rate scenario
+        // has no free VU (the lag stands for the spare VUs k6 would have).
         const vu = vus[0];
+        if (args.warmup > 0) {
+          // unmeasured iterations first (connection, reflection, JIT), then the clock starts
+          st.discard = true;
+          for (let k = 0; k < args.warmup; k++) await runIteration(vu, fn(vu));
+          st.discard = false;
+          st.scenario.iterationsStarted = 0;
+          vu.iterInScenario = -1;
+        }
+        if (args.startAt && first) await waitForStart();
+        st.scenario.startTime = args.startAt && first ? args.startAt : Date.now();
+        let dropped = 0;
         for (const off of offsets) {
           const wait = st.scenario.startTime + off - Date.now();
           if (wait > 0) await new Promise((r) => rt.realSetTimeout(r, wait));
-          await runIteration(vu, vu.module[sc.exec || 'default']);
+          else if (wait < -args.maxLagMs || Date.now() >= st.scenario.startTime + all.endMs) {
+            // too late, or the scenario is over (k6 starts no iteration after its end)
+            dropped++;
+            st.vu = null;
+            rt.push(rt.builtin('dropped_iterations'), 1, rt.contextTags());
+            continue;
+          }
+          await runIteration(vu, fn(vu));
         }
+        if (dropped) process.stderr.write(`k6-shim: scenario ${sc.name}: ${dropped} iterations dropped (more than ${args.maxLagMs} ms late or after the end)\n`);
       } else {
+        if (args.startAt && first) await waitForStart();
+        st.scenario.startTime = args.startAt && first ? args.startAt : Date.now();
         for (let k = 0; k < args.iterations; k++) {
-          await Promise.all(vus.map((vu) => runIteration(vu, vu.module[sc.exec || 'default'])));
+          await Promise.all(vus.map((vu) => runIteration(vu, fn(vu))));
         }
       }
     }

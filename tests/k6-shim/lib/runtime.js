@@ -24,6 +24,7 @@ const state = {
   iterationsInterrupted: 0,
   sinks: [], // functions(sample) (CSV writer)
   aborted: null,
+  discard: false, // warm-up: samples are dropped (check failures still count)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -46,6 +47,7 @@ function registerMetric(name, type, contains) {
 const BUILTIN = {
   checks: ['rate'],
   iterations: ['counter'],
+  dropped_iterations: ['counter'],
   iteration_duration: ['trend', 'time'],
   data_sent: ['counter', 'data'],
   data_received: ['counter', 'data'],
@@ -105,6 +107,7 @@ function push(metric, value, tags, time) {
   if (typeof value !== 'number' || Number.isNaN(value)) {
     throw new Error(`metric ${metric.name}: value ${JSON.stringify(value)} is not a number`);
   }
+  if (state.discard) return;
   const sample = { metric: metric.name, time: time || Date.now(), value, tags };
   state.samples.push(sample);
   for (const sink of state.sinks) sink(sample, metric);
@@ -138,7 +141,8 @@ function check(val, sets, tags) {
   for (const [name, fn] of Object.entries(sets || {})) {
     const ok = !!(typeof fn === 'function' ? fn(val) : fn);
     const entry = state.checks.get(name) || { passes: 0, fails: 0 };
-    if (ok) entry.passes++; else entry.fails++;
+    if (!ok) entry.fails++;
+    else if (!state.discard) entry.passes++;
     state.checks.set(name, entry);
     push(metric, ok ? 1 : 0, { ...contextTags(), ...userTags(tags), check: name });
     if (!ok) all = false;

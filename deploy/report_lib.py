@@ -1,0 +1,539 @@
+"""deploy/report's reading and arithmetic: k6 outputs (CSV, handleSummary JSON), bench/arms JSON
+and /metrics scrapes in, per-arm steps (offered rate, goodput, p50/p99, server time), the knee
+and the plateau out. Plotting and the Markdown are in deploy/report.
+
+Inputs, recognised by content:
+
+* k6 CSV (`k6 run --out csv=FILE`, also .csv.gz; any timeFormat): the rows of the latency
+  metric (grpc_req_duration with status 0, http_req_duration with status 200, or
+  bidi_msg_latency_ms; chosen from the `script` tag) and the echo_* counters, cut by the
+  `stage` and `offered` tags that deploy/k6 puts on every sample. A step's duration is the
+  time from its first sample to the next step's first sample (the last step: its own span
+  plus one timestamp tick), unless --stage-duration says otherwise or a summary JSON of the
+  same arm and script gives the schedule.
+* handleSummary JSON of deploy/k6 ({"echod_k6": 1, "schedule": [...], "summary": {...}}),
+  also found on a "K6_SUMMARY_JSON " line of a log (kubectl logs of the Job). Per step it uses
+  the submetrics `echo_ok{stage:sNN}`, `<latency>{stage:sNN}` (med, p(99)) and so on.
+* bench/arms --json: per arm one fixed-rate step (args.rate offered, summary.fixed_rps
+  achieved, p50/p99 from µs), the closed-loop saturation rate as the plateau, and
+  summary.cpu_sat as CPU per call.
+* /metrics scrapes (--metrics ARM=FIRST.prom,LAST.prom): CPU per call = the increase of
+  process_cpu_seconds_total over the increase of calls served (grpc_server_handled_total
+  with grpc_code OK, plus bidi messages received, plus echod_rest_requests_total code 200).
+"""
+
+import csv
+import gzip
+import io
+import json
+import math
+import os
+import re
+from datetime import datetime
+
+LATENCY_BY_SCRIPT = {
+    "unary-fixed-rate": "grpc_req_duration",
+    "unary-ramp": "grpc_req_duration",
+    "bidi-ramp": "bidi_msg_latency_ms",
+    "rest-control": "http_req_duration",
+}
+LATENCY_METRICS = ("grpc_req_duration", "http_req_duration", "bidi_msg_latency_ms")
+COUNTERS = ("echo_sent", "echo_ok", "echo_failed", "echo_dropped")
+SERVER_TREND = "server_total_us"
+
+
+class InputError(Exception):
+    pass
+
+
+def percentile(sorted_values, p):
+    """k6's percentile: linear interpolation between closest ranks (p in 0..1)."""
+    n = len(sorted_values)
+    if n == 0:
+        return None
+    if n == 1:
+        return sorted_values[0]
+    i = p * (n - 1)
+    lo = sorted_values[int(math.floor(i))]
+    hi = sorted_values[int(math.ceil(i))]
+    return lo + (hi - lo) * (i - math.floor(i))
+
+
+class Step:
+    """One offered-rate step of one arm."""
+
+    def __init__(self, stage, offered):
+        self.stage = stage
+        self.offered = float(offered)
+        self.duration_s = None
+        self.sent = 0.0
+        self.ok = 0.0
+        self.failed = 0.0
+        self.dropped = 0.0
+        self.p50_ms = None
+        self.p99_ms = None
+        self.latency_count = 0
+        self.server_p50_us = None
+        self.server_p99_us = None
+
+    @property
+    def goodput(self):
+        return self.ok / self.duration_s if self.duration_s else None
+
+    @property
+    def sent_rate(self):
+        return self.sent / self.duration_s if self.duration_s else None
+
+    def as_dict(self):
+        d = dict(self.__dict__)
+        d["goodput"] = self.goodput
+        d["sent_rate"] = self.sent_rate
+        return d
+
+
+class ArmResult:
+    def __init__(self, arm, source, script=None):
+        self.arm = arm
+        self.source = source  # description of the inputs
+        self.script = script
+        self.latency_metric = None
+        self.steps = []
+        self.cpu_us_per_call = None
+        self.cpu_source = None
+        self.plateau_override = None  # bench: closed-loop saturation throughput
+        self.knee = None
+        self.knee_reason = None
+        self.plateau = None
+        self.peak = None
+
+    def analyse(self, p99_threshold_ms, goodput_ratio):
+        self.steps.sort(key=lambda s: s.offered)
+        self.knee = None
+        self.knee_reason = None
+        for s in self.steps:
+            reasons = []
+            g = s.goodput
+            if g is not None and g < goodput_ratio * s.offered:
+                reasons.append("goodput %.0f/s < %.0f%% of offered" % (g, goodput_ratio * 100))
+            if s.p99_ms is not None and s.p99_ms > p99_threshold_ms:
+                reasons.append("p99 %.3g ms > %.3g ms" % (s.p99_ms, p99_threshold_ms))
+            if s.latency_count == 0 and s.ok == 0 and s.sent > 0:
+                reasons.append("no successful response")
+            if reasons:
+                self.knee = s
+                self.knee_reason = "; ".join(reasons)
+                break
+        goodputs = [s.goodput for s in self.steps if s.goodput is not None]
+        self.peak = max(goodputs) if goodputs else None
+        if self.plateau_override is not None:
+            self.plateau = self.plateau_override
+        elif self.knee is not None:
+            after = sorted(s.goodput for s in self.steps
+                           if s.offered >= self.knee.offered and s.goodput is not None)
+            self.plateau = percentile(after, 0.5) if after else None
+        else:
+            self.plateau = None  # not reached within the offered range
+        return self
+
+    def as_dict(self):
+        return {
+            "arm": self.arm, "source": self.source, "script": self.script,
+            "latency_metric": self.latency_metric,
+            "knee_offered": self.knee.offered if self.knee else None,
+            "knee_stage": self.knee.stage if self.knee else None,
+            "knee_reason": self.knee_reason, "plateau_goodput": self.plateau,
+            "peak_goodput": self.peak, "cpu_us_per_call": self.cpu_us_per_call,
+            "cpu_source": self.cpu_source,
+            "steps": [s.as_dict() for s in self.steps],
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# opening files
+
+def open_text(path):
+    if path.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return open(path, "r", encoding="utf-8", newline="")
+
+
+def sniff(path):
+    """'csv', 'json', 'log' (with a K6_SUMMARY_JSON line) or 'prom'."""
+    with open_text(path) as f:
+        head = f.read(4096)
+    s = head.lstrip()
+    if s.startswith("metric_name,"):
+        return "csv"
+    if s.startswith("{"):
+        return "json"
+    if "K6_SUMMARY_JSON " in head or path.endswith(".log") or path.endswith(".txt"):
+        return "log"
+    if "# TYPE " in head or re.search(r"^[a-z_]+(\{[^}]*\})? [0-9.eE+-]+$", head, re.M):
+        return "prom"
+    raise InputError("%s: neither a k6 CSV, a JSON summary, a log with K6_SUMMARY_JSON nor "
+                     "a /metrics scrape" % path)
+
+
+# ---------------------------------------------------------------------------------------------
+# k6 CSV
+
+def parse_timestamp(text):
+    """k6 CSV timestamp in any timeFormat -> (seconds as float, tick in seconds)."""
+    t = text.strip()
+    if "T" in t:
+        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
+        frac = "." in t
+        return dt.timestamp(), (1e-9 if frac else 1.0)
+    v = int(t)
+    if v < 10 ** 11:
+        return float(v), 1.0
+    if v < 10 ** 14:
+        return v / 1e3, 1e-3
+    if v < 10 ** 17:
+        return v / 1e6, 1e-6
+    return v / 1e9, 1e-9
+
+
+class CsvReader:
+    """Reads k6 CSVs into per-arm state; several files of one arm (k6-operator runners, shims
+    run side by side with --execution-segment) add up: counters are summed, latency samples
+    pooled, step boundaries taken over all of them."""
+
+    def __init__(self):
+        self.per = {}
+
+    def _state(self, arm):
+        if arm not in self.per:
+            self.per[arm] = {"lat": {}, "server": {}, "counters": {}, "offered": {}, "first": {},
+                             "last": {}, "tick": 1.0, "script": None, "files": [],
+                             "dropped_at": []}
+        return self.per[arm]
+
+    def add(self, path, arm_override=None):
+        seen = set()
+        with open_text(path) as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if not header or header[:3] != ["metric_name", "timestamp", "metric_value"]:
+                raise InputError("%s: not a k6 CSV (header %r)" % (path, header))
+            col = {name: i for i, name in enumerate(header)}
+            i_extra = col.get("extra_tags")
+            i_status = col.get("status")
+            for row in reader:
+                if not row:
+                    continue
+                name = row[0]
+                if name not in COUNTERS and name not in LATENCY_METRICS and name != SERVER_TREND \
+                        and name != "dropped_iterations":
+                    continue
+                tags = {}
+                if i_extra is not None and row[i_extra]:
+                    for kv in row[i_extra].split("&"):
+                        k, _, v = kv.partition("=")
+                        tags[k] = v
+                stage = tags.get("stage")
+                if name == "dropped_iterations":
+                    # k6 tags these with the scenario only: placed in a step by time, later
+                    arm = arm_override or tags.get("arm") or os.path.basename(path).split(".")[0]
+                    ts, _ = parse_timestamp(row[1])
+                    self._state(arm)["dropped_at"].append((ts, float(row[2])))
+                    continue
+                if not stage:
+                    continue
+                arm = arm_override or tags.get("arm") or os.path.basename(path).split(".")[0]
+                st = self._state(arm)
+                if arm not in seen:
+                    seen.add(arm)
+                    st["files"].append(os.path.basename(path))
+                if tags.get("script") and not st["script"]:
+                    st["script"] = tags["script"]
+                if "offered" in tags:
+                    st["offered"][stage] = float(tags["offered"])
+                ts, tick = parse_timestamp(row[1])
+                st["tick"] = min(st["tick"], tick)
+                value = float(row[2])
+                if name in COUNTERS:
+                    c = st["counters"].setdefault(stage, {})
+                    c[name] = c.get(name, 0.0) + value
+                    if name in ("echo_sent", "echo_ok", "echo_dropped"):
+                        st["first"][stage] = min(st["first"].get(stage, ts), ts)
+                        st["last"][stage] = max(st["last"].get(stage, ts), ts)
+                elif name == SERVER_TREND:
+                    st["server"].setdefault(stage, []).append(value)
+                else:
+                    if tags.get("probe"):
+                        continue
+                    status = row[i_status] if i_status is not None else ""
+                    if name == "grpc_req_duration" and status != "0":
+                        continue
+                    if name == "http_req_duration" and status != "200":
+                        continue
+                    st["lat"].setdefault(name, {}).setdefault(stage, []).append(value)
+        if not seen:
+            raise InputError("%s: no samples tagged with a stage (not written by deploy/k6?)" % path)
+
+    def results(self):
+        out = {}
+        for arm, st in self.per.items():
+            res = ArmResult(arm, " + ".join(st["files"]), st["script"])
+            metric = LATENCY_BY_SCRIPT.get(st["script"])
+            if metric is None or metric not in st["lat"]:
+                metric = next((m for m in LATENCY_METRICS if m in st["lat"]), None)
+            res.latency_metric = metric
+            lat = st["lat"].get(metric, {})
+            for stage in st["offered"]:
+                step = Step(stage, st["offered"][stage])
+                c = st["counters"].get(stage, {})
+                step.sent = c.get("echo_sent", 0.0)
+                step.ok = c.get("echo_ok", 0.0)
+                step.failed = c.get("echo_failed", 0.0)
+                step.dropped = c.get("echo_dropped", 0.0)
+                vals = sorted(lat.get(stage, []))
+                step.latency_count = len(vals)
+                step.p50_ms = percentile(vals, 0.5)
+                step.p99_ms = percentile(vals, 0.99)
+                sv = sorted(st["server"].get(stage, []))
+                step.server_p50_us = percentile(sv, 0.5)
+                step.server_p99_us = percentile(sv, 0.99)
+                res.steps.append(step)
+            # durations: first sample of a step to the first of the next; the last its own span
+            ordered = sorted((s for s in res.steps if s.stage in st["first"]),
+                             key=lambda s: st["first"][s.stage])
+            for i, s in enumerate(ordered):
+                first, last = st["first"][s.stage], st["last"][s.stage]
+                if i + 1 < len(ordered):
+                    s.duration_s = st["first"][ordered[i + 1].stage] - first
+                else:
+                    s.duration_s = (last - first) + st["tick"]
+                if s.duration_s <= 0:
+                    s.duration_s = st["tick"]
+            # k6's dropped_iterations (no free VU): into the step whose time they fall in
+            starts = [(st["first"][s.stage], s) for s in ordered]
+            for ts, v in st["dropped_at"]:
+                owner = None
+                for first, s in starts:
+                    if ts + st["tick"] >= first:
+                        owner = s
+                if owner is not None:
+                    owner.dropped += v
+            out[arm] = res
+        return out
+
+
+def read_csv(path, arm_override=None):
+    """{arm: ArmResult} from one k6 CSV."""
+    r = CsvReader()
+    r.add(path, arm_override)
+    return r.results()
+
+
+# ---------------------------------------------------------------------------------------------
+# handleSummary JSON (deploy/k6/common.js summaryHandler)
+
+def summary_docs_from_log(path):
+    docs = []
+    with open_text(path) as f:
+        for line in f:
+            i = line.find("K6_SUMMARY_JSON ")
+            if i >= 0:
+                docs.append(json.loads(line[i + len("K6_SUMMARY_JSON "):]))
+    if not docs:
+        raise InputError("%s: no K6_SUMMARY_JSON line" % path)
+    return docs
+
+
+def read_summary_doc(doc, source, arm_override=None):
+    if doc.get("echod_k6") != 1 or "schedule" not in doc or "summary" not in doc:
+        raise InputError("%s: a JSON summary, but not one written by deploy/k6 (no echod_k6 "
+                         "header and schedule)" % source)
+    res = ArmResult(arm_override or doc.get("arm") or "unknown", source, doc.get("script"))
+    metric = doc.get("latency_metric") or LATENCY_BY_SCRIPT.get(doc.get("script"), "grpc_req_duration")
+    res.latency_metric = metric
+    metrics = doc["summary"].get("metrics", {})
+
+    def val(name, stage, stat):
+        m = metrics.get("%s{stage:%s}" % (name, stage))
+        if not m:
+            return None
+        return m.get("values", {}).get(stat)
+
+    for s in doc["schedule"]:
+        step = Step(s["name"], s["offered"])
+        step.duration_s = float(s["duration_s"])
+        step.sent = val("echo_sent", s["name"], "count") or 0.0
+        step.ok = val("echo_ok", s["name"], "count") or 0.0
+        step.failed = val("echo_failed", s["name"], "count") or 0.0
+        step.dropped = val("echo_dropped", s["name"], "count") or 0.0
+        count = val(metric, s["name"], "count")
+        step.latency_count = int(count) if count is not None else (int(step.ok) if step.ok else 0)
+        if step.latency_count:
+            step.p50_ms = val(metric, s["name"], "med")
+            step.p99_ms = val(metric, s["name"], "p(99)")
+        if val(SERVER_TREND, s["name"], "count"):
+            step.server_p50_us = val(SERVER_TREND, s["name"], "med")
+            step.server_p99_us = val(SERVER_TREND, s["name"], "p(99)")
+        res.steps.append(step)
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# bench/arms --json
+
+def read_bench(doc, source):
+    out = {}
+    args = doc.get("args", {})
+    rate = args.get("rate")
+    for arm, s in doc["summary"].items():
+        res = ArmResult(arm, source, "bench/arms")
+        res.latency_metric = "h2load fixed rate"
+        if rate and s.get("fixed_rps") is not None:
+            step = Step("fixed", rate)
+            step.duration_s = float(args.get("duration") or 1)
+            step.ok = s["fixed_rps"] * step.duration_s
+            step.sent = step.ok + (s.get("fail_grpc") or 0) + (s.get("fail_h2load") or 0)
+            step.failed = (s.get("fail_grpc") or 0) + (s.get("fail_h2load") or 0)
+            step.latency_count = int(step.ok)
+            step.p50_ms = s["p50"] / 1000.0 if s.get("p50") is not None else None
+            step.p99_ms = s["p99"] / 1000.0 if s.get("p99") is not None else None
+            res.steps.append(step)
+        res.plateau_override = s.get("sat_rps")
+        if s.get("cpu_sat") is not None:
+            res.cpu_us_per_call = s["cpu_sat"]
+            res.cpu_source = "bench/arms (saturation run)"
+        out[arm] = res
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# /metrics scrapes
+
+_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+([-+0-9.eEInfNa]+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prom(text):
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if m:
+            labels = dict(_LABEL.findall(m.group(3) or ""))
+            out.append((m.group(1), labels, float(m.group(4))))
+    return out
+
+
+def calls_served(samples):
+    calls = 0.0
+    for name, labels, v in samples:
+        if name == "grpc_server_handled_total" and labels.get("grpc_code") == "OK" \
+                and labels.get("grpc_service") == "grpc.examples.echo.Echo":
+            if labels.get("grpc_type") in ("unary", "client_stream", "server_stream"):
+                calls += v
+        elif name == "grpc_server_msg_received_total" and labels.get("grpc_type") == "bidi_stream" \
+                and labels.get("grpc_service") == "grpc.examples.echo.Echo":
+            calls += v
+        elif name == "echod_rest_requests_total" and labels.get("code") == "200":
+            calls += v
+    return calls
+
+
+def cpu_per_call(paths):
+    """µs of server CPU per call served between the first and the last scrape."""
+    if len(paths) < 2:
+        raise InputError("--metrics needs two scrapes (before and after): %s" % paths)
+    with open_text(paths[0]) as f:
+        first = parse_prom(f.read())
+    with open_text(paths[-1]) as f:
+        last = parse_prom(f.read())
+
+    def cpu(samples):
+        v = [x for n, _, x in samples if n == "process_cpu_seconds_total"]
+        if not v:
+            raise InputError("no process_cpu_seconds_total in the scrape")
+        return v[0]
+    dcpu = cpu(last) - cpu(first)
+    dcalls = calls_served(last) - calls_served(first)
+    if dcalls <= 0:
+        raise InputError("no calls served between %s and %s" % (paths[0], paths[-1]))
+    return dcpu / dcalls * 1e6
+
+
+# ---------------------------------------------------------------------------------------------
+# everything
+
+def load_inputs(specs, stage_duration=None):
+    """specs: ['PATH' or 'ARM=PATH', ...] -> {arm: ArmResult}. CSVs of one arm add up; a
+    deploy/k6 summary JSON gives the exact step durations to the CSVs of its arm and script,
+    and stands alone for an arm that has no CSV (several of them add up too)."""
+    summaries = {}  # arm -> ArmResult
+    bench = {}
+    reader = CsvReader()
+    have_csv = False
+    for spec in specs:
+        arm = None
+        path = spec
+        if "=" in spec and not os.path.exists(spec):
+            arm, path = spec.split("=", 1)
+        if not os.path.exists(path):
+            raise InputError("no such file: %s" % path)
+        kind = sniff(path)
+        if kind == "csv":
+            reader.add(path, arm)
+            have_csv = True
+        elif kind in ("json", "log"):
+            if kind == "json":
+                with open_text(path) as f:
+                    docs = [json.load(f)]
+            else:
+                docs = summary_docs_from_log(path)
+            for doc in docs:
+                if "summary" in doc and "arms" in doc and "runs" in doc:
+                    for a, r in read_bench(doc, os.path.basename(path)).items():
+                        bench.setdefault(a, r)
+                    continue
+                r = read_summary_doc(doc, os.path.basename(path), arm)
+                summaries[r.arm] = add_summaries(summaries.get(r.arm), r)
+        else:
+            raise InputError("%s is a /metrics scrape: give it with --metrics ARM=FIRST,LAST" % path)
+    results = dict(bench)
+    results.update(summaries)
+    if have_csv:
+        for a, r in reader.results().items():
+            sched = summaries.get(a)
+            durations = {s.stage: s.duration_s for s in sched.steps} \
+                if sched is not None and sched.script == r.script else {}
+            for s in r.steps:
+                if stage_duration:
+                    s.duration_s = float(stage_duration)
+                elif s.stage in durations:
+                    s.duration_s = durations[s.stage]
+            if sched is not None:
+                r.source = "%s + %s" % (r.source, sched.source)
+            results[a] = r
+    return results
+
+
+def add_summaries(old, new):
+    """Two summaries of one arm (parallel runners): counters add up; a percentile cannot be
+    combined, so the larger one is kept (a runner's p99 bounds nothing, but the worse runner
+    is what a knee test should see)."""
+    if old is None:
+        return new
+    if old.script != new.script:
+        raise InputError("arm %s: summaries of two scripts (%s, %s); report one script per arm" % (
+            new.arm, old.script, new.script))
+    by = {s.stage: s for s in old.steps}
+    for s in new.steps:
+        o = by.get(s.stage)
+        if o is None:
+            old.steps.append(s)
+            continue
+        for k in ("sent", "ok", "failed", "dropped"):
+            setattr(o, k, getattr(o, k) + getattr(s, k))
+        o.latency_count += s.latency_count
+        for k in ("p50_ms", "p99_ms", "server_p50_us", "server_p99_us"):
+            vals = [v for v in (getattr(o, k), getattr(s, k)) if v is not None]
+            setattr(o, k, max(vals) if vals else None)
+    old.source = "%s + %s" % (old.source, new.source)
+    return old

@@ -1,0 +1,361 @@
+"""deploy/report on k6's own output format.
+
+Two kinds of fixture, both made here:
+* synthesized: k6 CSVs (the exact columns of `k6 run --out csv`, timestamps in seconds and in
+  milliseconds) with known latencies, counts and drops per step, a bench/arms JSON and two
+  /metrics scrapes, so every number of the table is known in advance;
+* live: a short ramp of deploy/k6/unary-ramp.js through the k6 shim against two echod arms
+  (two shims side by side per arm, as two k6 runners), whose CSVs, handleSummary JSON and
+  /metrics scrapes go into the report, checked against numbers computed here from the CSV.
+  Skipped with a message when node or tests/k6-shim/node_modules is missing.
+The plots need python3-matplotlib (skipped with a message when it is missing).
+
+Run on its own: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_report.py
+"""
+
+import csv
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from echod_harness import ROOT, SLOW, Daemon, main  # noqa: E402
+
+REPORT = os.path.join(ROOT, "deploy", "report")
+SHIM = os.path.join(ROOT, "tests", "k6-shim", "run.js")
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+HEADER = ("metric_name,timestamp,metric_value,check,error,error_code,expected_response,group,"
+          "method,name,proto,scenario,service,status,subproto,tls_version,url,extra_tags,"
+          "metadata").split(",")
+T0 = 1767225600  # 2026-01-01T00:00:00Z
+
+
+def have_matplotlib():
+    p = subprocess.run([PY, "-c", "import matplotlib"], capture_output=True)
+    return p.returncode == 0
+
+
+def k6_percentile(values, p):
+    """Written out again here (not imported from the report): linear between closest ranks."""
+    v = sorted(values)
+    if not v:
+        return None
+    i = p * (len(v) - 1)
+    lo, hi = int(i), min(int(i) + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (i - lo)
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", "%s is not a PNG" % path
+    return struct.unpack(">II", head[16:24])
+
+
+class CsvWriter:
+    """Rows as k6 writes them: default system tags as columns, the rest in extra_tags."""
+
+    def __init__(self, path, ms=False):
+        self.f = open(path, "w", newline="")
+        self.w = csv.writer(self.f, lineterminator="\n")
+        self.w.writerow(HEADER)
+        self.ms = ms
+
+    def row(self, metric, t, value, tags, **cols):
+        ts = str(int(t * 1000)) if self.ms else str(int(t))
+        r = dict.fromkeys(HEADER, "")
+        r.update(metric_name=metric, timestamp=ts, metric_value="%f" % value, scenario="unary_ramp",
+                 group="")
+        r.update(cols)
+        r["extra_tags"] = "&".join("%s=%s" % kv for kv in tags.items())
+        self.w.writerow([r[h] for h in HEADER])
+
+    def close(self):
+        self.f.close()
+
+
+def grpc_cols(status):
+    return dict(method="UnaryEcho", name="/grpc.examples.echo.Echo/UnaryEcho",
+                service="grpc.examples.echo.Echo", status=str(status),
+                url="echod:50051/grpc.examples.echo.Echo/UnaryEcho")
+
+
+def write_arm(path, arm, ms, steps):
+    """steps: [(offered, ok_per_s, latency scale, failed, dropped)] of 10 s each."""
+    w = CsvWriter(path, ms)
+    for k, (offered, ok_rate, scale, failed, dropped) in enumerate(steps):
+        stage = "s%02d" % (k + 1)
+        tags = {"arm": arm, "script": "unary-ramp", "stage": stage, "offered": str(offered)}
+        start = T0 + 10 * k
+        n = ok_rate * 10
+        for i in range(n):
+            t = start + 10.0 * i / n
+            w.row("echo_sent", t, 1, tags)
+            # latencies 1..100 ms (scaled), repeated
+            w.row("grpc_req_duration", t, scale * (1 + i % 100), tags, **grpc_cols(0))
+            w.row("server_total_us", t, 10.0 * (1 + i % 100), tags)
+            w.row("echo_ok", t, 1, tags)
+        for i in range(failed):
+            t = start + 10.0 * i / max(failed, 1)
+            w.row("echo_sent", t, 1, tags)
+            w.row("grpc_req_duration", t, 5000.0, tags, **grpc_cols(14))  # not in the latency
+            w.row("echo_failed", t, 1, tags)
+            w.row("checks", t, 0, tags, check="UnaryEcho status is OK")
+        for i in range(dropped):  # k6: tagged with the scenario and test-wide tags only
+            w.row("dropped_iterations", start + 1 + 8.0 * i / dropped, 1,
+                  {"arm": arm, "script": "unary-ramp"})
+    w.close()
+
+
+def run_report(args, out):
+    p = subprocess.run([PY, REPORT, "--out", out] + args, capture_output=True, text=True,
+                       timeout=120 * SLOW, cwd=ROOT)
+    if p.returncode != 0:
+        raise AssertionError("deploy/report %s: exit %d\n%s\n%s" % (args, p.returncode, p.stdout,
+                                                                     p.stderr))
+    with open(os.path.join(out, "report.json")) as f:
+        data = json.load(f)
+    with open(os.path.join(out, "report.md")) as f:
+        md = f.read()
+    return data, md, p
+
+
+class Synthesized(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="report-test-")
+        t = cls.tmp
+        # alpha: goodput falls short at 400/s (300/s OK, 50 dropped, 20 failed); seconds
+        write_arm(os.path.join(t, "alpha.csv"), "alpha", False,
+                  [(100, 100, 1.0, 0, 0), (200, 200, 1.0, 0, 0), (300, 300, 1.0, 0, 0),
+                   (400, 300, 1.0, 20, 50)])
+        # beta: p99 passes the threshold at 300/s (latencies doubled); milliseconds
+        write_arm(os.path.join(t, "beta.csv"), "beta", True,
+                  [(100, 100, 1.0, 0, 0), (200, 200, 1.0, 0, 0), (300, 300, 2.0, 0, 0),
+                   (400, 400, 2.0, 0, 0)])
+        for name, cpu, calls in (("before", 1.0, 1000), ("after", 1.5, 101000)):
+            with open(os.path.join(t, name + ".prom"), "w") as f:
+                f.write("# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %s\n"
+                        'grpc_server_handled_total{grpc_type="unary",grpc_service="grpc.examples.'
+                        'echo.Echo",grpc_method="UnaryEcho",grpc_code="OK"} %d\n'
+                        'grpc_server_handled_total{grpc_type="unary",grpc_service="grpc.health.v1.'
+                        'Health",grpc_method="Check",grpc_code="OK"} 777\n' % (cpu, calls))
+        with open(os.path.join(t, "bench.json"), "w") as f:
+            json.dump({"args": {"rate": 2000, "duration": 10}, "arms": ["gamma"], "runs": [],
+                       "summary": {"gamma": {"sat_rps": 50000.0, "cpu_sat": 2.5, "fixed_rps": 1990.0,
+                                             "p50": 80.0, "p99": 250.0, "fail_grpc": 0,
+                                             "fail_h2load": 0}}}, f)
+        cls.out = os.path.join(t, "out")
+        args = ["--p99-threshold-ms", "150", "--metrics",
+                "alpha=%s,%s" % (os.path.join(t, "before.prom"), os.path.join(t, "after.prom")),
+                os.path.join(t, "alpha.csv"), os.path.join(t, "beta.csv"),
+                os.path.join(t, "bench.json")]
+        if not have_matplotlib():
+            args.insert(0, "--no-plots")
+        cls.data, cls.md, _ = run_report(args, cls.out)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def steps(self, arm):
+        return {s["stage"]: s for s in self.data["arms"][arm]["steps"]}
+
+    def test_per_step_numbers(self):
+        a = self.steps("alpha")
+        self.assertEqual(sorted(a), ["s01", "s02", "s03", "s04"])
+        for st, offered, ok in (("s01", 100, 1000), ("s02", 200, 2000), ("s03", 300, 3000),
+                                ("s04", 400, 3000)):
+            self.assertEqual(a[st]["offered"], offered)
+            self.assertEqual(a[st]["ok"], ok)
+            self.assertAlmostEqual(a[st]["duration_s"], 10.0)
+            self.assertAlmostEqual(a[st]["goodput"], ok / 10.0)
+            self.assertAlmostEqual(a[st]["p50_ms"], 50.5)
+            self.assertAlmostEqual(a[st]["p99_ms"], 99.01)
+            self.assertAlmostEqual(a[st]["server_p99_us"], 990.1)
+        self.assertEqual(a["s04"]["failed"], 20)
+        self.assertEqual(a["s04"]["sent"], 3020)
+        self.assertEqual(a["s04"]["dropped"], 50, "dropped_iterations placed in their step by time")
+        self.assertEqual(a["s03"]["dropped"], 0)
+        b = self.steps("beta")
+        self.assertAlmostEqual(b["s03"]["p99_ms"], 198.02)
+        self.assertAlmostEqual(b["s02"]["goodput"], 200.0, delta=0.5)
+        self.assertAlmostEqual(b["s04"]["goodput"], 400.0, delta=4.0)  # last step: ms span
+
+    def test_knee_plateau_cpu(self):
+        alpha, beta, gamma = (self.data["arms"][a] for a in ("alpha", "beta", "gamma"))
+        self.assertEqual(alpha["knee_offered"], 400)
+        self.assertIn("goodput", alpha["knee_reason"])
+        self.assertAlmostEqual(alpha["plateau_goodput"], 300.0)
+        self.assertAlmostEqual(alpha["cpu_us_per_call"], 5.0)
+        self.assertEqual(beta["knee_offered"], 300)
+        self.assertIn("p99", beta["knee_reason"])
+        self.assertAlmostEqual(beta["plateau_goodput"], 350.0, delta=2.0)
+        self.assertIsNone(beta["cpu_us_per_call"])
+        self.assertIsNone(gamma["knee_offered"])
+        self.assertEqual(gamma["plateau_goodput"], 50000.0)
+        self.assertEqual(gamma["cpu_us_per_call"], 2.5)
+        self.assertAlmostEqual(gamma["steps"][0]["p99_ms"], 0.25)
+
+    def test_markdown_table(self):
+        self.assertIn("| alpha | unary-ramp | 400 | goodput 300/s < 95% of offered | 300 | 300 | "
+                      "99.0 | 5.00 (/metrics) |", self.md)
+        self.assertIn("| s04 **knee** | 400 | 302 | 300 | 75.0 | 50.5 | 99.0 | 505.0 | 990.1 | 20 | "
+                      "50 | 10.0 |", self.md)
+        self.assertIn("| beta | unary-ramp | 300 | p99 198 ms > 150 ms |", self.md)
+        self.assertIn("| gamma | bench/arms | not reached | - | 50000 |", self.md)
+
+    def test_plots(self):
+        if not have_matplotlib():
+            self.skipTest("python3-matplotlib not installed: no plots")
+        for name in ("p99-vs-offered.png", "goodput-vs-offered.png"):
+            w, h = png_size(os.path.join(self.out, name))
+            self.assertGreater(w, 300)
+            self.assertGreater(h, 200)
+
+    def test_bad_input_is_refused(self):
+        bad = os.path.join(self.tmp, "bad.csv")
+        with open(bad, "w") as f:
+            f.write("a,b,c\n1,2,3\n")
+        p = subprocess.run([PY, REPORT, "--out", os.path.join(self.tmp, "bad"), bad],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("bad.csv", p.stderr)
+
+
+def node_ready():
+    if not shutil.which("node"):
+        return "node is not installed"
+    if not os.path.isdir(os.path.join(ROOT, "tests", "k6-shim", "node_modules", "@grpc", "grpc-js")):
+        return "tests/k6-shim/node_modules is missing (npm ci in tests/k6-shim)"
+    return None
+
+
+def scrape(d, path):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % d.admin_port, timeout=10) as r:
+        data = r.read()
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+@unittest.skipIf(node_ready(), "live run through the k6 shim skipped: %s" % node_ready())
+class LiveShimRun(unittest.TestCase):
+    """Two arms, each driven by two shims (execution segments 0:1/2 and 1/2:1) through a
+    20 -> 40 calls/s ramp of 2 s steps."""
+
+    ARMS = ("direct", "cached")
+    STEP_S = 2.0
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="report-live-")
+        cls.inputs = []
+        cls.metrics = []
+        daemons = [Daemon(config=os.path.join(ROOT, "config", "arms", arm + ".yaml"),
+                          sets=["log.level=warn"]) for arm in cls.ARMS]
+        try:
+            for d in daemons:
+                d.start()
+            for arm, d in zip(cls.ARMS, daemons):
+                scrape(d, os.path.join(cls.tmp, arm + "-before.prom"))
+            start_ms = int(time.time() * 1000) + int(4000 * SLOW)
+            procs = []
+            for arm, d in zip(cls.ARMS, daemons):
+                for k in range(2):
+                    base = os.path.join(cls.tmp, "%s-%d" % (arm, k))
+                    env = {"ARM": arm, "START": "20", "END": "40", "STEP": "20",
+                           "STEP_DURATION": "%gs" % cls.STEP_S, "SUMMARY_FILE": base + ".json",
+                           # one arm in k6's default seconds, the other in milliseconds
+                           "K6_CSV_TIME_FORMAT": "unix_milli" if arm == "cached" else "unix"}
+                    cmd = ["node", SHIM, os.path.join(ROOT, "deploy", "k6", "unary-ramp.js"),
+                           "--target", d.grpc_target, "--schedule", "--start-at", str(start_ms),
+                           "--warmup-iterations", "1", "--execution-segment", "%d/2:%d/2" % (k, k + 1),
+                           "--out", "csv=" + base + ".csv", "--quiet"]
+                    for kv in env.items():
+                        cmd += ["--env", "%s=%s" % kv]
+                    procs.append((cmd, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
+                                                        stderr=subprocess.PIPE, text=True)))
+                    cls.inputs += [base + ".csv", base + ".json"]
+            for cmd, p in procs:
+                out, err = p.communicate(timeout=120 * SLOW)
+                if p.returncode != 0:
+                    raise AssertionError("%s: exit %d\n%s\n%s" % (" ".join(cmd), p.returncode,
+                                                                  out[-3000:], err[-3000:]))
+            for arm, d in zip(cls.ARMS, daemons):
+                scrape(d, os.path.join(cls.tmp, arm + "-after.prom"))
+                cls.metrics += ["--metrics", "%s=%s,%s" % (
+                    arm, os.path.join(cls.tmp, arm + "-before.prom"),
+                    os.path.join(cls.tmp, arm + "-after.prom"))]
+            for d in daemons:
+                d.stop()
+        finally:
+            for d in daemons:
+                d.kill()
+                d.cleanup()
+        cls.out = os.path.join(cls.tmp, "out")
+        args = cls.metrics + cls.inputs
+        if not have_matplotlib():
+            args.insert(0, "--no-plots")
+        cls.data, cls.md, _ = run_report(args, cls.out)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def csv_truth(self, arm):
+        """Per stage from the CSVs, read here: OK count and grpc_req_duration (status 0)."""
+        ok, lat, offered = {}, {}, {}
+        for k in range(2):
+            with open(os.path.join(self.tmp, "%s-%d.csv" % (arm, k)), newline="") as f:
+                r = csv.reader(f)
+                self.assertEqual(next(r), HEADER, "the shim writes k6's CSV header")
+                for row in r:
+                    rec = dict(zip(HEADER, row))
+                    tags = dict(kv.split("=", 1) for kv in rec["extra_tags"].split("&") if kv)
+                    self.assertEqual(tags.get("arm"), arm)
+                    st = tags.get("stage")
+                    if not st:
+                        continue
+                    offered[st] = float(tags["offered"])
+                    if rec["metric_name"] == "echo_ok":
+                        ok[st] = ok.get(st, 0) + float(rec["metric_value"])
+                    elif rec["metric_name"] == "grpc_req_duration" and rec["status"] == "0":
+                        lat.setdefault(st, []).append(float(rec["metric_value"]))
+        return ok, lat, offered
+
+    def test_report_matches_the_csv(self):
+        for arm in self.ARMS:
+            with self.subTest(arm=arm):
+                ok, lat, offered = self.csv_truth(arm)
+                self.assertEqual(sorted(offered), ["s01", "s02"])
+                self.assertEqual(offered, {"s01": 20.0, "s02": 40.0})
+                steps = {s["stage"]: s for s in self.data["arms"][arm]["steps"]}
+                for st in ("s01", "s02"):
+                    self.assertTrue(ok.get(st), "%s %s: no calls answered" % (arm, st))
+                    s = steps[st]
+                    self.assertEqual(s["ok"], ok[st])
+                    self.assertAlmostEqual(s["duration_s"], self.STEP_S, msg="from the schedule")
+                    self.assertAlmostEqual(s["goodput"], ok[st] / self.STEP_S)
+                    self.assertAlmostEqual(s["p50_ms"], k6_percentile(lat[st], 0.5), places=6)
+                    self.assertAlmostEqual(s["p99_ms"], k6_percentile(lat[st], 0.99), places=6)
+                    self.assertIsNotNone(s["server_p99_us"], "echod-timing recorded")
+                self.assertGreater(self.data["arms"][arm]["cpu_us_per_call"], 0)
+                self.assertIn("| %s | unary-ramp |" % arm, self.md)
+
+    def test_plots(self):
+        if not have_matplotlib():
+            self.skipTest("python3-matplotlib not installed: no plots")
+        for name in ("p99-vs-offered.png", "goodput-vs-offered.png"):
+            w, h = png_size(os.path.join(self.out, name))
+            self.assertGreater(w, 300)
+
+
+if __name__ == "__main__":
+    main()
