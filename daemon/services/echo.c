@@ -291,7 +291,8 @@ static void client_streaming_message(echod_call_t *call, echod_msg_t *msg)
         c->data = data;
         c->cap = cap;
     }
-    memcpy(c->data + c->len, req->message, n);
+    if (n != 0) /* an empty message before any text: c->data is still NULL, and memcpy(NULL, .., 0) is UB */
+        memcpy(c->data + c->len, req->message, n);
     c->len += n;
     grpc__examples__echo__echo_request__free_unpacked(req, NULL);
     echod_call_request(call, 1);
