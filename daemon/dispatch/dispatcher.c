@@ -3,15 +3,18 @@
 #include <string.h>
 #include "dispatch/dispatcher.h"
 
-/* grpc-java wraps only what needs wrapping: direct gets the reentrancy-safe inline runner when no
- * executor supplier is set; the proposal adds single-thread FIFOs, which serialize by themselves. */
-static echod_ser_mode_t pick_mode(const echod_config_t *cfg)
+/*
+ * grpc-java wraps only what needs wrapping: direct gets the reentrancy-safe inline runner when no
+ * executor supplier is set; the proposal adds single-thread FIFOs, which serialize by themselves.
+ * Judged on the executor as built, so `threads: 0` in a 1-CPU pod counts as one thread.
+ */
+static echod_ser_mode_t pick_mode(const echod_config_t *cfg, const echod_exec_t *exec)
 {
     if (cfg->dispatch.serialize == ECHOD_SERIALIZE_ALWAYS || cfg->dispatch.per_method_count != 0)
         return ECHOD_SER_SERIALIZING;
-    if (cfg->executor.mode == ECHOD_EXEC_DIRECT)
+    if (echod_exec_is_direct(exec))
         return ECHOD_SER_INLINE;
-    if (cfg->executor.mode == ECHOD_EXEC_FIXED && cfg->executor.threads == 1)
+    if (echod_exec_is_sequential(exec))
         return ECHOD_SER_PASSTHROUGH;
     return ECHOD_SER_SERIALIZING;
 }
@@ -21,13 +24,14 @@ int echod_dispatcher_init(echod_dispatcher_t *d, const echod_config_t *cfg, cons
 {
     memset(d, 0, sizeof(*d));
     d->cfg = cfg;
-    d->mode = pick_mode(cfg);
 
     char name[16];
     snprintf(name, sizeof(name), "echod-%s", echod_exec_mode_name(cfg->executor.mode));
     if ((d->exec = echod_exec_create(&cfg->executor, name, err, errlen)) == NULL)
         return -1;
-    d->exec_metrics = echod_metrics_add_exec("default", d->exec);
+    d->mode = pick_mode(cfg, d->exec);
+    /* the executor label is the mode (what a dashboard filters on); per-method ones add the method */
+    d->exec_metrics = echod_metrics_add_exec(echod_exec_mode_name(cfg->executor.mode), d->exec);
     echod_exec_set_observer(d->exec, echod_metrics_observe_queue_wait, d->exec_metrics);
 
     if (cfg->dispatch.per_method_count != 0)
@@ -44,7 +48,8 @@ int echod_dispatcher_init(echod_dispatcher_t *d, const echod_config_t *cfg, cons
         if ((me->exec = echod_exec_create(&pm->exec, name, err, errlen)) == NULL)
             return -1;
         me->method = m;
-        me->metrics = echod_metrics_add_exec(m->name, me->exec);
+        snprintf(me->label, sizeof(me->label), "%s:%s", echod_exec_mode_name(pm->exec.mode), m->name);
+        me->metrics = echod_metrics_add_exec(me->label, me->exec);
         echod_exec_set_observer(me->exec, echod_metrics_observe_queue_wait, me->metrics);
         d->per_method_count++;
     }

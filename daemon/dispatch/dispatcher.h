@@ -18,6 +18,7 @@ typedef struct {
     const echod_method_t *method;
     echod_exec_t *exec;
     echod_exec_metrics_t *metrics;
+    char label[96]; /* the executor label in /metrics: "fixed:BidirectionalStreamingEcho" */
 } echod_method_exec_t;
 
 typedef struct echod_dispatcher {
