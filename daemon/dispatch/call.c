@@ -165,13 +165,18 @@ static void step_run(echod_step_t *step)
     else
         ECHOD_COUNT(echod_metrics.step_runs_worker);
     if (submitted != 0) {
+        /* runnable but not running: from the later of its submission and the previous step's end,
+         * so steps queued together do not count their common wait twice */
         call->step_started_ns = echod_now_ns();
-        call->queue_ns += call->step_started_ns - submitted;
+        uint64_t ready = submitted > call->step_ended_ns ? submitted : call->step_ended_ns;
+        if (call->step_started_ns > ready)
+            call->queue_ns += call->step_started_ns - ready;
     }
     run_step(call, kind, msg);
     /* the serializer holds a reference while a step runs, so the call is still here */
     if (submitted != 0 && kind != ECHOD_STEP_CLOSED) {
-        call->handler_ns += echod_now_ns() - call->step_started_ns;
+        call->step_ended_ns = echod_now_ns();
+        call->handler_ns += call->step_ended_ns - call->step_started_ns;
         call->step_started_ns = 0;
     }
 }

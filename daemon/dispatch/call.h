@@ -53,7 +53,7 @@ struct echod_call {
     unsigned admitted : 1;      /* counted against limits.max_calls_in_flight */
     atomic_int handler_started; /* start_call ran: a deadline after this was not "expired in queue" */
     /* Server timing (telemetry.timing_trailer): steps add to these inside the serializer. */
-    uint64_t queue_ns, handler_ns, step_started_ns;
+    uint64_t queue_ns, handler_ns, step_started_ns, step_ended_ns;
     echod_serializer_t serializer;
 
     struct {

@@ -691,6 +691,11 @@ static void request_headers_done(echod_call_t *call)
         uint32_t limit = server->cfg->limits.max_calls_in_flight;
         if (limit != 0 && atomic_load_explicit(&echod_metrics.calls_admitted, memory_order_relaxed) >= limit) {
             ECHOD_COUNT(echod_metrics.calls_shed);
+            if (m != NULL) {
+                /* as a load-shedding interceptor would: started and handled, never run */
+                ECHOD_COUNT(echod_metrics.methods[m->metrics_index].started);
+                ECHOD_COUNT(echod_metrics.methods[m->metrics_index].handled[ECHOD_RESOURCE_EXHAUSTED]);
+            }
             call->io.started = 1; /* shed before any step: nothing was accepted */
             call->io.rejected = 1;
             close_stream(call, ECHOD_RESOURCE_EXHAUSTED, "Server at limits.max_calls_in_flight", NGHTTP2_NO_ERROR,
@@ -700,8 +705,10 @@ static void request_headers_done(echod_call_t *call)
         call->admitted = 1;
         atomic_fetch_add_explicit(&echod_metrics.calls_admitted, 1, memory_order_relaxed);
     }
-    call->work_error = call->io.hdr.work_error;
-    call->io.hdr.work_error = NULL;
+    if (server->cfg->work.allow_metadata_overrides) {
+        call->work_error = call->io.hdr.work_error;
+        call->io.hdr.work_error = NULL;
+    }
     echod_work_resolve(server->cfg, call->io.path, &call->io.hdr.work, call->io.hdr.work_set, &call->work,
                        &call->work_error);
     if (call->io.hdr.timeout_bad) {
@@ -809,8 +816,11 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
 {
     echod_conn_t *conn = user_data;
     conn->frames++;
-    if (frame->hd.type == NGHTTP2_GOAWAY)
+    if (frame->hd.type == NGHTTP2_GOAWAY) {
         ECHOD_COUNT(echod_metrics.goaways_sent);
+        if (frame->goaway.last_stream_id == INT32_MAX && !conn->goaway_final)
+            nghttp2_submit_ping(session, NGHTTP2_FLAG_NONE, goaway_ping);
+    }
     if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
@@ -942,8 +952,9 @@ void echod_conn_goaway(echod_conn_t *conn)
         return;
     }
     conn->goaway_notice = 1;
+    /* the PING follows once the notice is on the wire (on_frame_send): nghttp2 would otherwise
+     * send it first, and its ack would prove nothing about the notice */
     nghttp2_submit_shutdown_notice(conn->ngh);
-    nghttp2_submit_ping(conn->ngh, NGHTTP2_FLAG_NONE, goaway_ping);
     if (conn->established) /* else the handshake timer still runs, and closes it */
         arm_goaway_ping_timeout(conn);
     echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);
@@ -974,9 +985,12 @@ void echod_conn_cut(echod_conn_t *conn)
         if (call->io.rejected || call->io.trailers_queued)
             continue;
         call->io.drain_cut = 1;
-        ECHOD_COUNT(echod_metrics.drain_streams_cut);
+        if (call->io.drain_open) /* a max_connection_age grace cut is not a drain cut */
+            ECHOD_COUNT(echod_metrics.drain_streams_cut);
         atomic_store_explicit(&call->cancelled, 1, memory_order_release);
-        close_stream(call, ECHOD_UNAVAILABLE, "Server shutting down: shutdown.drain_timeout passed", NGHTTP2_CANCEL,
+        /* PROTOCOL-HTTP2 "early server closure": RST_STREAM(NO_ERROR) after the trailers; CANCEL
+         * would turn the UNAVAILABLE into CANCELLED at the client */
+        close_stream(call, ECHOD_UNAVAILABLE, "Server shutting down: shutdown.drain_timeout passed", NGHTTP2_NO_ERROR,
                      NULL);
     }
     final_goaway(conn);
