@@ -35,6 +35,7 @@ typedef struct {
     echod_step_kind_t kind;
     echod_msg_t *msg;
     uint64_t submitted_ns; /* for the queue part of echod-timing; 0 when timing is off */
+    int on_stack;          /* run at once by an idle inline runner: not to be freed */
 } echod_call_step_t;
 
 struct echod_call {

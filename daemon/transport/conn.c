@@ -355,18 +355,28 @@ static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t
     {                                                                                                                  \
         (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE                                 \
     }
+#define NV_UNINDEXED(n, v)                                                                                             \
+    {                                                                                                                  \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NO_INDEX                             \
+    }
+
+/* grpc-status values by code (codes above 16 are sent as UNKNOWN) */
+static const char *const status_codes[32] = {"0",  "1",  "2",  "3",  "4",  "5",  "6",  "7",  "8", "9", "10",
+                                             "11", "12", "13", "14", "15", "16", "2",  "2",  "2", "2", "2",
+                                             "2",  "2",  "2",  "2",  "2",  "2",  "2",  "2",  "2", "2"};
 
 /* grpc-status, grpc-message and echod-timing: at most 3 entries. */
 static void status_nv(echod_call_t *call, nghttp2_nv *nv, size_t *n, char *code_buf, char *msg_buf, size_t msg_cap)
 {
-    snprintf(code_buf, 12, "%d", call->io.status_code);
-    nv[(*n)++] = (nghttp2_nv)NV("grpc-status", code_buf);
+    (void)code_buf;
+    nv[(*n)++] = (nghttp2_nv)NV("grpc-status", status_codes[call->io.status_code & 31]);
     if (call->io.status_message != NULL && call->io.status_message[0] != '\0') {
         echod_status_encode_message(msg_buf, msg_cap, call->io.status_message);
-        nv[(*n)++] = (nghttp2_nv)NV("grpc-message", msg_buf);
+        nv[(*n)++] = (nghttp2_nv)NV_UNINDEXED("grpc-message", msg_buf);
     }
+    /* a new value every call: indexing it would churn the HPACK table for nothing */
     if (call->io.timing != NULL)
-        nv[(*n)++] = (nghttp2_nv)NV("echod-timing", call->io.timing);
+        nv[(*n)++] = (nghttp2_nv)NV_UNINDEXED("echod-timing", call->io.timing);
 }
 
 static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
@@ -560,10 +570,8 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     return 0;
 }
 
-static int header_is(const uint8_t *p, size_t len, const char *lit)
-{
-    return len == strlen(lit) && memcmp(p, lit, len) == 0;
-}
+/* lit must be a string literal: its length is known at compile time */
+#define header_is(p, len, lit) ((len) == sizeof(lit) - 1 && memcmp((p), (lit), sizeof(lit) - 1) == 0)
 
 /* application/grpc, application/grpc+proto, application/grpc;charset=... (gRPC's rule) */
 static int content_type_ok(const uint8_t *v, size_t len)
