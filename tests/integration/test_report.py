@@ -265,8 +265,9 @@ class LiveShimRun(unittest.TestCase):
                 d.start()
             for arm, d in zip(cls.ARMS, daemons):
                 scrape(d, os.path.join(cls.tmp, arm + "-before.prom"))
-            start_ms = int(time.time() * 1000) + int(4000 * SLOW)
+            start_file = os.path.join(cls.tmp, "start")
             procs = []
+            ready = []
             for arm, d in zip(cls.ARMS, daemons):
                 for k in range(2):
                     base = os.path.join(cls.tmp, "%s-%d" % (arm, k))
@@ -275,14 +276,31 @@ class LiveShimRun(unittest.TestCase):
                            # one arm in k6's default seconds, the other in milliseconds
                            "K6_CSV_TIME_FORMAT": "unix_milli" if arm == "cached" else "unix"}
                     cmd = ["node", SHIM, os.path.join(ROOT, "deploy", "k6", "unary-ramp.js"),
-                           "--target", d.grpc_target, "--schedule", "--start-at", str(start_ms),
-                           "--warmup-iterations", "1", "--execution-segment", "%d/2:%d/2" % (k, k + 1),
+                           "--target", d.grpc_target, "--schedule", "--start-file", start_file,
+                           "--ready-file", base + ".ready",
+                           "--warmup-iterations", "1", "--max-lag-ms", "3000",
+                           "--execution-segment", "%d/2:%d/2" % (k, k + 1),
                            "--out", "csv=" + base + ".csv", "--quiet"]
                     for kv in env.items():
                         cmd += ["--env", "%s=%s" % kv]
                     procs.append((cmd, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
                                                         stderr=subprocess.PIPE, text=True)))
                     cls.inputs += [base + ".csv", base + ".json"]
+                    ready.append(base + ".ready")
+            # all four warmed up and connected, then one start time for all
+            deadline = time.monotonic() + 120 * SLOW
+            while not all(os.path.exists(r) for r in ready):
+                dead = [(c, p) for c, p in procs if p.poll() is not None]
+                if dead or time.monotonic() > deadline:
+                    for _, p in procs:
+                        p.kill()
+                    c, p = dead[0] if dead else procs[0]
+                    raise AssertionError("a shim did not get ready: %s\n%s" % (
+                        " ".join(c), p.communicate()[1][-3000:]))
+                time.sleep(0.05)
+            with open(start_file + ".tmp", "w") as f:
+                f.write(str(int(time.time() * 1000) + 300))
+            os.rename(start_file + ".tmp", start_file)
             for cmd, p in procs:
                 out, err = p.communicate(timeout=120 * SLOW)
                 if p.returncode != 0:

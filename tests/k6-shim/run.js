@@ -9,7 +9,8 @@
  *
  *   node tests/k6-shim/run.js SCRIPT [--target HOST:PORT] [--iterations N] [--vus N]
  *        [--env K=V]... [--scenario NAME] [--schedule] [--execution-segment A:B]
- *        [--max-lag-ms MS] [--start-at UNIX_MS] [--warmup-iterations N] [--out csv=FILE]
+ *        [--max-lag-ms MS] [--start-at UNIX_MS | --start-file FILE] [--ready-file FILE]
+ *        [--warmup-iterations N] [--out csv=FILE]
  *        [--summary-export FILE] [--iteration-timeout SECONDS] [--quiet]
  *
  * --target sets __ENV.TARGET. Each scenario's exec function (or `default`) runs --iterations
@@ -18,7 +19,8 @@
  * low rates are honoured) and --iterations is ignored for them; --execution-segment 1/4:2/4
  * keeps that share of their iterations, as k6 does for one of several instances (run N shims
  * side by side to offer N VUs' worth of concurrency, with one --start-at so their steps line
- * up; deploy/report adds their CSVs up; --warmup-iterations N runs N unmeasured iterations
+ * up, or with --ready-file (written once warmed up) and --start-file (the start time, read when
+ * it appears); deploy/report adds their CSVs up; --warmup-iterations N runs N unmeasured iterations
  * first, so connecting is not part of step 1). A scheduled iteration more than --max-lag-ms (1000)
  * late is dropped (dropped_iterations), as k6 drops what no free VU can start.
  *
@@ -39,7 +41,7 @@ const output = require('./lib/output');
 function usage(msg) {
   if (msg) process.stderr.write(`k6-shim: ${msg}\n`);
   process.stderr.write('usage: node run.js SCRIPT [--target HOST:PORT] [--iterations N] [--vus N] '
-    + '[--env K=V]... [--scenario NAME] [--schedule] [--execution-segment A:B] [--max-lag-ms MS] [--start-at UNIX_MS] [--warmup-iterations N] [--out csv=FILE] [--summary-export FILE] '
+    + '[--env K=V]... [--scenario NAME] [--schedule] [--execution-segment A:B] [--max-lag-ms MS] [--start-at UNIX_MS | --start-file F] [--ready-file F] [--warmup-iterations N] [--out csv=FILE] [--summary-export FILE] '
     + '[--iteration-timeout SECONDS] [--quiet]\n');
   process.exit(2);
 }
@@ -47,7 +49,7 @@ function usage(msg) {
 function parseArgs(argv) {
   const a = { env: {}, iterations: 1, vus: 1, scenario: null, schedule: false, outs: [],
     summaryExport: null, iterationTimeoutS: 120, quiet: false, script: null, segment: null,
-    maxLagMs: 1000, startAt: null, warmup: 0 };
+    maxLagMs: 1000, startAt: null, warmup: 0, readyFile: null, startFile: null };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const val = () => {
@@ -71,6 +73,8 @@ function parseArgs(argv) {
       case '--max-lag-ms': a.maxLagMs = Number(val()); break;
       case '--start-at': a.startAt = Number(val()); break;
       case '--warmup-iterations': a.warmup = Number(val()); break;
+      case '--ready-file': a.readyFile = val(); break;
+      case '--start-file': a.startFile = val(); break;
       case '--out': case '-o': a.outs.push(val()); break;
       case '--summary-export': a.summaryExport = val(); break;
       case '--iteration-timeout': a.iterationTimeoutS = Number(val()); break;
@@ -271,10 +275,22 @@ async function main() {
   }
 
   try {
+    // Several shims as one run: each says it is ready (--ready-file) and waits for the start
+    // time that someone writes into --start-file, or for a --start-at given up front.
     const waitForStart = async () => {
+      if (args.readyFile) fs.writeFileSync(args.readyFile, `${process.pid}\n`);
+      if (args.startFile) {
+        const deadline = Date.now() + 300000;
+        while (!fs.existsSync(args.startFile) || !fs.readFileSync(args.startFile, 'utf8').trim()) {
+          if (Date.now() > deadline) throw new Error(`no start time in ${args.startFile} after 300 s`);
+          await new Promise((r) => rt.realSetTimeout(r, 20));
+        }
+        args.startAt = Number(fs.readFileSync(args.startFile, 'utf8').trim());
+      }
       const wait = args.startAt - Date.now();
       if (wait > 0) await new Promise((r) => rt.realSetTimeout(r, wait));
     };
+    const synced = () => args.startAt || args.startFile || args.readyFile;
     for (const sc of scenarios) {
       const scheduled = args.schedule && ['constant-arrival-rate', 'ramping-arrival-rate'].includes(sc.executor);
       const all = scheduled ? arrivalOffsets(sc) : null;
@@ -300,7 +316,7 @@ async function main() {
           st.scenario.iterationsStarted = 0;
           vu.iterInScenario = -1;
         }
-        if (args.startAt && first) await waitForStart();
+        if (synced() && first) await waitForStart();
         st.scenario.startTime = args.startAt && first ? args.startAt : Date.now();
         let dropped = 0;
         for (const off of offsets) {
@@ -317,7 +333,7 @@ async function main() {
         }
         if (dropped) process.stderr.write(`k6-shim: scenario ${sc.name}: ${dropped} iterations dropped (more than ${args.maxLagMs} ms late or after the end)\n`);
       } else {
-        if (args.startAt && first) await waitForStart();
+        if (synced() && first) await waitForStart();
         st.scenario.startTime = args.startAt && first ? args.startAt : Date.now();
         for (let k = 0; k < args.iterations; k++) {
           await Promise.all(vus.map((vu) => runIteration(vu, fn(vu))));
