@@ -25,6 +25,7 @@ import grpc from 'k6/net/grpc';
 import { check } from 'k6';
 import exec from 'k6/execution';
 import { Counter, Trend } from 'k6/metrics';
+import { setInterval, clearInterval } from 'k6/timers'; // k6 >= 0.50 (also global there)
 import * as c from './common.js';
 
 const STREAMS = Math.max(1, c.envInt('STREAMS', 20));
