@@ -21,9 +21,13 @@ usage() {
 cd "$(dirname "$(readlink -f "$0")")/.."
 ROOT=$PWD
 
+# grpc-proto + protoc: the health, reflection and benchmark protos and the embedded descriptors.
 BUILD_PKGS=(meson ninja-build pkg-config gcc libc6-dev libh2o-evloop-dev libnghttp2-dev
-            libprotobuf-c-dev protobuf-c-compiler libyaml-dev libssl-dev)
-TEST_PKGS=(python3 python3-grpcio python3-h2 python3-yaml nghttp2-client openssl)
+            libprotobuf-c-dev protobuf-c-compiler libyaml-dev libssl-dev grpc-proto protobuf-compiler python3)
+# grpc-tools: test stubs from grpc-proto; matplotlib: deploy/report; valgrind: the callgrind
+# regression check; clang + its runtime: the libFuzzer targets.
+TEST_PKGS=(python3 python3-grpcio python3-grpc-tools python3-h2 python3-yaml python3-matplotlib nghttp2-client
+           openssl valgrind clang libclang-rt-14-dev)
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -87,21 +91,24 @@ build_release() {
     ninja -C build
 }
 
+# npm ci in each Node test package (grpc-js tests, the k6 shim).
 npm_install() {
     if ! command -v npm >/dev/null 2>&1; then
         return
     fi
-    log "npm ci in tests/node"
-    local i
-    for i in 1 2 3; do
-        if (cd tests/node && npm ci --no-audit --no-fund); then
-            return
-        fi
-        log "npm ci failed (attempt $i)"
-        sleep 5
+    local dir i
+    for dir in tests/node tests/k6-shim; do
+        log "npm ci in $dir"
+        for i in 1 2 3; do
+            if (cd "$dir" && npm ci --no-audit --no-fund); then
+                continue 2
+            fi
+            log "npm ci in $dir failed (attempt $i)"
+            sleep 5
+        done
+        log "npm ci failed in $dir"
+        exit 1
     done
-    log "npm ci failed: cannot install @grpc/grpc-js"
-    exit 1
 }
 
 TOTAL_PASSED=0
