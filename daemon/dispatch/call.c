@@ -107,7 +107,7 @@ static void do_start(echod_call_t *call)
     atomic_store_explicit(&call->handler_started, 1, memory_order_release);
     ECHOD_COUNT(echod_metrics.methods[call->method->metrics_index].started);
     /* like a server interceptor: a malformed echod-* header fails the call before the handler */
-    if (call->work_error != NULL) {
+    if (call->work_error != NULL && !call->method->on_loop) { /* a probe never fails on a knob */
         echod_call_close(call, ECHOD_INVALID_ARGUMENT, call->work_error);
         return;
     }

@@ -636,6 +636,15 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     } else if (header_is(name, namelen, "grpc-timeout")) {
         if (echod_grpc_timeout_parse((const char *)value, valuelen, &call->io.hdr.timeout_ns) != 0)
             call->io.hdr.timeout_bad = 1;
+    } else if (header_is(name, namelen, "echod-stage")) {
+        /* a load generator names its ramp stage per call; only a change costs anything */
+        echod_loop_t *loop = conn->loop;
+        if (valuelen != 0 && valuelen < sizeof(loop->stage) &&
+            (valuelen != strlen(loop->stage) || memcmp(loop->stage, value, valuelen) != 0)) {
+            memcpy(loop->stage, value, valuelen);
+            loop->stage[valuelen] = '\0';
+            echod_metrics_mark_stage(loop->stage);
+        }
     } else if (echod_work_parse_header((const char *)name, namelen, (const char *)value, valuelen,
                                        &call->io.hdr.work, &call->io.hdr.work_set, &call->io.hdr.work_error)) {
         /* a work knob: also echoed with the rest of the metadata */

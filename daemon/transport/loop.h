@@ -51,6 +51,7 @@ typedef struct echod_loop {
     int rest_fd;              /* listen.rest, or -1 */
     struct echod_rest *rest;  /* the REST control arm on this loop, or NULL */
     int rest_done;            /* its stop has finished (drain) */
+    char stage[101];          /* the last echod-stage request header seen on this loop */
     pthread_mutex_t ready_mutex; /* start-up: the loop thread has built its evloop and queue */
     pthread_cond_t ready_cond;
     int ready;

@@ -46,14 +46,14 @@ def effective_config(path):
 
 def uses_inline_runner(cfg):
     """DESIGN.md section 3: serialize auto picks the inline runner for direct without per-method
-    executors, and for fixed with one thread."""
+    executors (a one-thread fixed pool gets no wrapper at all, not the inline runner)."""
     d = cfg["dispatch"]
     if d["serialize"] != "auto":
         return False
     ex = cfg["executor"]
     if ex["mode"] == "direct":
         return not d.get("per_method")
-    return False  # fixed with threads: 1 is inline too, but still dispatches each step
+    return False  # a one-thread fixed pool skips the serializer instead: one dispatch per step
 
 
 class Arms(unittest.TestCase):
