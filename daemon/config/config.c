@@ -567,7 +567,10 @@ int echod_config_parse_hostport(const char *s, char *host, size_t hostlen, uint1
     return 0;
 }
 
-/* "/package.Service/Method": exactly two slashes, neither part empty, nothing that cannot be in a path. */
+/*
+ * "/package.Service/Method": exactly two slashes, neither part empty, nothing that cannot be in a
+ * path. A :path is ASCII (RFC 3986), and a byte above it from --set would also make the dump invalid YAML.
+ */
 static int valid_method_path(const char *s)
 {
     if (s[0] != '/')
@@ -576,7 +579,7 @@ static int valid_method_path(const char *s)
     if (second == NULL || second == s + 1 || second[1] == '\0' || strchr(second + 1, '/') != NULL)
         return 0;
     for (const char *p = s; *p != '\0'; p++)
-        if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+        if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f)
             return 0;
     return 1;
 }
