@@ -9,11 +9,13 @@ Environment:
   ECHOD_SOURCE_ROOT  the repository root (default: two levels above this file)
   ECHOD_SANITIZER    set by sanitizer builds (asan, tsan): time limits grow, loads shrink
   ECHOD_TEST_VERBOSE print every daemon's stderr when it stops, not only on failure
+  ECHOD_WRAPPER      a command put in front of every daemon started, e.g. valgrind (tests/memcheck.sh)
 """
 
 import contextlib
 import os
 import re
+import shlex
 import signal
 import socket
 import ssl
@@ -34,6 +36,7 @@ SANITIZER = os.environ.get("ECHOD_SANITIZER", "")
 # Sanitizer builds run several times slower: every wait in the suite is scaled by this.
 SLOW = 4.0 if SANITIZER else 1.0
 VERBOSE = bool(os.environ.get("ECHOD_TEST_VERBOSE"))
+WRAPPER = shlex.split(os.environ.get("ECHOD_WRAPPER", ""))
 
 SERVICE = "grpc.examples.echo.Echo"
 UNARY = "/%s/UnaryEcho" % SERVICE
@@ -260,7 +263,7 @@ class Daemon:
     # -- life cycle
 
     def command(self):
-        cmd = [ECHOD_BIN]
+        cmd = WRAPPER + [ECHOD_BIN]
         if self.config:
             cmd += ["--config", self.config]
         cmd += ["--set", "listen.grpc=127.0.0.1:%d" % self.grpc_port,
