@@ -642,6 +642,31 @@ class H2Client:
 
     # -- receiving
 
+    def _receive(self, data):
+        """Feeds h2 one frame at a time, so that a graceful GOAWAY reopens h2's state before the
+        frames that follow it in the same read (a server's PING right after its GOAWAY notice)."""
+        import h2.connection
+        import h2.events
+        import h2.exceptions
+        self._inbuf = getattr(self, "_inbuf", b"") + data
+        while len(self._inbuf) >= 9:
+            size = 9 + int.from_bytes(self._inbuf[:3], "big")
+            if len(self._inbuf) < size:
+                break  # the rest of this frame is still on its way
+            frame, self._inbuf = self._inbuf[:size], self._inbuf[size:]
+            try:
+                events = self.conn.receive_data(frame)
+            except h2.exceptions.ProtocolError:
+                if self.goaway is None:
+                    raise
+                events = []
+            for ev in events:
+                if isinstance(ev, h2.events.ConnectionTerminated) and int(ev.error_code) == 0:
+                    # A graceful GOAWAY: streams up to last_stream_id may go on (RFC 9113
+                    # 6.8), but h2 closes its whole state machine. Reopen it for them.
+                    self.conn.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
+                yield ev
+
     def pump(self, timeout=None):
         """Reads once (up to timeout) and handles the events; False once the socket closed."""
         import h2.events
@@ -658,13 +683,7 @@ class H2Client:
         if not data:
             self.closed = True
             return False
-        try:
-            events = self.conn.receive_data(data)
-        except h2.exceptions.ProtocolError:
-            if self.goaway is None:
-                raise
-            events = []
-        for ev in events:
+        for ev in self._receive(data):
             sid = getattr(ev, "stream_id", None)
             st = self.streams.get(sid) if sid else None
             if isinstance(ev, h2.events.ResponseReceived):
@@ -688,11 +707,6 @@ class H2Client:
                     st.reset_code = int(ev.error_code)
             elif isinstance(ev, h2.events.ConnectionTerminated):
                 self.goaway = (int(ev.error_code), ev.last_stream_id, ev.additional_data)
-                if int(ev.error_code) == 0:
-                    # A graceful GOAWAY: streams up to last_stream_id may go on (RFC 9113
-                    # 6.8), but h2 closes its whole state machine. Reopen it for them.
-                    import h2.connection
-                    self.conn.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
             elif isinstance(ev, h2.events.SettingsAcknowledged):
                 self.settings_acked = True
             elif isinstance(ev, h2.events.PingAckReceived):
