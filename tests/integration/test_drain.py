@@ -27,7 +27,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc  # noqa: E402
 
-from echod_harness import (BIDI, SERVICE, SLOW, UNARY, Daemon,  # noqa: E402
+from echod_harness import (BIDI, SANITIZER, SERVICE, SLOW, UNARY, Daemon,  # noqa: E402
                            EchoStub, H2Client, main)
 
 T = 30.0 * SLOW
@@ -465,6 +465,9 @@ class SigtermUnderH2load(unittest.TestCase):
 
     def test_sigterm_cached_executor_with_calls_in_flight(self):
         dc = self._run(["executor.mode=cached"], headers=["echod-sleep-us: 2000"])
+        if dc["open"] == 0 and SANITIZER:
+            # the precondition is timing: a sanitizer build may reach SIGTERM between bursts
+            self.skipTest("no call happened to be in flight at SIGTERM in this %s build" % SANITIZER)
         self.assertGreater(dc["open"], 0, "no call was in flight at SIGTERM: the test proves little")
 
 
