@@ -8,6 +8,9 @@
  * steps and the Echo handlers (direct executor: steps run on the loop, deterministically), and
  * the connection's teardown. An input that does not start with "PRI " gets the client preface
  * in front, so the fuzzer spends its time past it.
+ *
+ * ECHOD_FUZZ_SET="key=value;key=value" adds --set overrides, e.g. executor.mode=fixed to run the
+ * steps on workers (less deterministic, but it exercises the loop tasks and their races).
  */
 #include <errno.h>
 #include <poll.h>
@@ -34,14 +37,10 @@ static socklen_t addr_len;
 
 /* Small limits, so that the fuzzer reaches them; cheap work, so that it stays fast. */
 static const char *const sets[] = {
-    "transport.max_concurrent_streams=16",
-    "transport.max_receive_message_bytes=4096",
-    "transport.max_header_list_bytes=2048",
-    "transport.max_send_buffer_bytes=1024",
-    "transport.max_resets_per_second=50",
-    "work={max_cpu: 0ms, max_sleep: 0ms, max_response_bytes: 2048}",
-    "echo.server_streaming_count=3",
-    "log.level=error",
+    "transport.max_concurrent_streams=16",  "transport.max_receive_message_bytes=4096",
+    "transport.max_header_list_bytes=2048", "transport.max_send_buffer_bytes=1024",
+    "transport.max_resets_per_second=50",   "work={max_cpu: 0ms, max_sleep: 0ms, max_response_bytes: 2048}",
+    "echo.server_streaming_count=3",        "log.level=error",
 };
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -53,6 +52,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     echod_config_init(&cfg);
     for (size_t i = 0; i != sizeof(sets) / sizeof(sets[0]); i++)
         if (echod_config_set(&cfg, sets[i], err, sizeof(err)) != 0)
+            goto fail;
+    static char extra[1024]; /* ECHOD_FUZZ_SET, split in place */
+    snprintf(extra, sizeof(extra), "%s", getenv("ECHOD_FUZZ_SET") != NULL ? getenv("ECHOD_FUZZ_SET") : "");
+    char *save = NULL;
+    for (char *kv = strtok_r(extra, ";", &save); kv != NULL; kv = strtok_r(NULL, ";", &save))
+        if (echod_config_set(&cfg, kv, err, sizeof(err)) != 0)
             goto fail;
     if (echod_config_finish(&cfg, err, sizeof(err)) != 0)
         goto fail;

@@ -17,8 +17,8 @@ typedef struct {
 } expect_t;
 
 /* The same bytes read the obvious way: prefix, length, payload, until the bytes or the rules end. */
-static const uint8_t *expect_next(const uint8_t *p, const uint8_t *end, uint32_t max, int compressed_ok,
-                                  expect_t *e, uint32_t *len)
+static const uint8_t *expect_next(const uint8_t *p, const uint8_t *end, uint32_t max, int compressed_ok, expect_t *e,
+                                  uint32_t *len)
 {
     if (end - p < ECHOD_GRPC_PREFIX)
         return NULL;

@@ -24,7 +24,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     char err[512];
     echod_config_init(&cfg);
     /* small caps, so that values above them are easy to reach */
-    if (echod_config_set(&cfg, "work={max_cpu: 5ms, max_sleep: 5ms, max_response_bytes: 4096}", err, sizeof(err)) != 0 ||
+    if (echod_config_set(&cfg, "work={max_cpu: 5ms, max_sleep: 5ms, max_response_bytes: 4096}", err, sizeof(err)) !=
+            0 ||
         echod_config_finish(&cfg, err, sizeof(err)) != 0)
         abort();
     return 0;
@@ -70,10 +71,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     echod_work_t out;
     char *why = NULL;
     echod_work_resolve(&cfg, "/grpc.examples.echo.Echo/UnaryEcho", &over, set, &out, &why);
-    if (why == NULL && ((uint64_t)out.cpu_us > cfg.work.max_cpu_ms * 1000 ||
-                        (uint64_t)out.sleep_us > cfg.work.max_sleep_ms * 1000 ||
-                        out.response_bytes > (int64_t)cfg.work.max_response_bytes || out.response_bytes < -1 ||
-                        out.status > 16 || !(out.error_rate >= 0.0 && out.error_rate <= 1.0)))
+    if (why == NULL &&
+        ((uint64_t)out.cpu_us > cfg.work.max_cpu_ms * 1000 || (uint64_t)out.sleep_us > cfg.work.max_sleep_ms * 1000 ||
+         out.response_bytes > (int64_t)cfg.work.max_response_bytes || out.response_bytes < -1 || out.status > 16 ||
+         !(out.error_rate >= 0.0 && out.error_rate <= 1.0)))
         abort(); /* accepted work outside the caps */
     free(why);
     free(error);

@@ -8,6 +8,7 @@
 #   ECHOD_FUZZ_BUILD  build directory (default: <root>/build-fuzz; configured here when missing)
 #   ECHOD_FUZZ_OUT    where crash inputs and logs go (default: <build>/fuzz-out)
 #   CC                a clang (default: clang)
+#   ECHOD_FUZZ_SET    more config for fuzz_conn, "key=value;key=value" (e.g. executor.mode=fixed)
 #
 # Needs Debian's clang and libclang-rt-14-dev (libFuzzer, the sanitizer runtimes). The corpus in
 # tests/fuzz/corpus/<target>/ only seeds the run: what the fuzzer adds goes to a scratch copy, so
