@@ -4,7 +4,7 @@
 # in front of the daemon). Any memcheck error, or a definite or indirect leak, makes that
 # daemon exit 99 instead of 0, which fails its test with the report in the output.
 #
-#   tests/memcheck.sh                     the default selection (about 6 minutes here)
+#   tests/memcheck.sh                     the default selection (about 4 minutes here)
 #   tests/memcheck.sh test_protocol test_abuse.GrpcAbuse    files, or file.Class[.test]
 #
 # ECHOD_BIN: a build without sanitizers (valgrind and ASan do not mix); default build/daemon/echod,
