@@ -792,5 +792,35 @@ class StageMarks(unittest.TestCase):
             self.assertIn("Steady_2", m3.series("echod_stage_info")[0][0]["stage"])
 
 
+class ProbeAtSaturation(unittest.TestCase):
+    """Issue 4: a Kubernetes gRPC probe passes while the executor is saturated, because Health
+    is answered on the I/O loop and never queued behind the executor."""
+
+    def test_health_answers_within_100ms_while_the_pool_is_full(self):
+        with Daemon(sets=["executor.mode=fixed", "executor.threads=1"]) as d:
+            ch = d.channel()
+            unary = ch.unary_unary(UNARY, request_serializer=pb_encode, response_deserializer=lambda b: b)
+            # 12 calls of 250 ms each on one worker: 3 s of queue ahead of anything new
+            md = [("echod-sleep-us", "250000")]
+            futures = [unary.future("busy-%d" % i, metadata=md, timeout=60 * SLOW) for i in range(12)]
+            d.wait_metrics(lambda m: m.metric("echod_executor_queue_depth", executor="fixed") >= 5,
+                           what="the one-thread pool to have a queue")
+            probe = health_stub(ch)
+            worst = 0.0
+            for _ in range(10):
+                t0 = time.monotonic()
+                resp = probe(b"", timeout=5 * SLOW)
+                worst = max(worst, time.monotonic() - t0)
+                self.assertEqual(resp, b"\x08\x01", "Health/Check did not say SERVING")
+            queued = d.metrics().metric("echod_executor_queue_depth", executor="fixed")
+            print("worst Health/Check latency %.1f ms with %d calls queued on the one worker"
+                  % (worst * 1000, queued))
+            self.assertGreater(queued, 0, "the pool drained before the probes: nothing was proven")
+            self.assertLess(worst, 0.1 * SLOW, "a probe waited behind the executor")
+            for f in futures:
+                f.result(timeout=60 * SLOW)
+            ch.close()
+
+
 if __name__ == "__main__":
     main()
