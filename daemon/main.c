@@ -139,17 +139,19 @@ int main(int argc, char **argv)
     unsigned nloops = cfg.io.event_loops;
     server.cfg = &cfg;
     echod_registry_init(&server.registry);
-    if (cfg.tls.cert[0] != '\0' && (server.ssl_ctx = echod_tls_create(cfg.tls.cert, cfg.tls.key, err, sizeof(err))) == NULL) {
+    if (cfg.tls.cert[0] != '\0' &&
+        (server.ssl_ctx = echod_tls_create(cfg.tls.cert, cfg.tls.key, err, sizeof(err))) == NULL) {
         fprintf(stderr, "echod: %s\n", err);
         return EXIT_CONFIG;
     }
     for (unsigned i = 0; i != nloops; i++) {
-        if ((grpc_fds[i] = echod_loop_listen(cfg.listen.grpc, err, sizeof(err))) < 0) {
+        if ((grpc_fds[i] = echod_loop_listen(cfg.listen.grpc, i == 0, err, sizeof(err))) < 0) {
             fprintf(stderr, "echod: listen.grpc: %s\n", err);
             return EXIT_CONFIG;
         }
         rest_fds[i] = -1;
-        if (cfg.listen.rest[0] != '\0' && (rest_fds[i] = echod_loop_listen(cfg.listen.rest, err, sizeof(err))) < 0) {
+        if (cfg.listen.rest[0] != '\0' &&
+            (rest_fds[i] = echod_loop_listen(cfg.listen.rest, i == 0, err, sizeof(err))) < 0) {
             fprintf(stderr, "echod: listen.rest: %s\n", err);
             return EXIT_CONFIG;
         }
@@ -177,9 +179,8 @@ int main(int argc, char **argv)
     }
     echod_info("echod %s arm=%s grpc=%s%s admin=%s%s%s executor=%s serialize=%s flush=%s loops=%u", ECHOD_VERSION,
                cfg.arm, cfg.listen.grpc, server.ssl_ctx != NULL ? " (tls)" : "", cfg.listen.admin,
-               cfg.listen.rest[0] != '\0' ? " rest=" : "", cfg.listen.rest,
-               echod_exec_mode_name(cfg.executor.mode), echod_serialize_name(cfg.dispatch.serialize),
-               echod_flush_name(cfg.transport.flush), nloops);
+               cfg.listen.rest[0] != '\0' ? " rest=" : "", cfg.listen.rest, echod_exec_mode_name(cfg.executor.mode),
+               echod_serialize_name(cfg.dispatch.serialize), echod_flush_name(cfg.transport.flush), nloops);
 
     int sig = 0;
     sigwait(&sigs, &sig);

@@ -22,7 +22,7 @@ echod_loop_t *echod_loop_current(void)
     return current_loop;
 }
 
-int echod_loop_listen(const char *addr, char *err, size_t errlen)
+int echod_loop_listen(const char *addr, int first, char *err, size_t errlen)
 {
     char host[256];
     const char *colon = strrchr(addr, ':');
@@ -46,8 +46,21 @@ int echod_loop_listen(const char *addr, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", addr, gai_strerror(rv));
         return -1;
     }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* SO_REUSEPORT lets every loop own a listener, but it would also let a second echod share
+     * the port silently: a plain bind first says whether anyone else holds it. */
+    int probe = first ? socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
     int one = 1;
+    if (probe >= 0) {
+        setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(probe, res->ai_addr, res->ai_addrlen) != 0 && errno == EADDRINUSE) {
+            snprintf(err, errlen, "%s: %s", addr, strerror(errno));
+            close(probe);
+            freeaddrinfo(res);
+            return -1;
+        }
+        close(probe);
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 ||
         bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 4096) != 0) {

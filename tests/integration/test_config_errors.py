@@ -274,11 +274,9 @@ class OperatorErrors(unittest.TestCase):
         self.start_fails(["listen.grpc=127.0.0.1:%d" % grpc, "listen.admin=127.0.0.1:%d" % admin,
                           "listen.rest=127.0.0.1:%d" % port], ["listen.rest", "in use"], ports=(grpc, admin))
 
-    @unittest.expectedFailure
     def test_grpc_address_held_by_another_echod(self):
-        """The listeners use SO_REUSEPORT (one per I/O loop), so a second echod of the same user
-        binds the same port and the kernel splits the connections between the two. Known
-        (issue 7 report): echod_loop_listen needs to check the address is free first."""
+        """The listeners use SO_REUSEPORT (one per I/O loop), which alone would let a second echod
+        bind the same port and share its connections: echod checks the port is free first."""
         with Daemon() as first:
             grpc = first.grpc_port
             admin = free_port()
