@@ -12,16 +12,16 @@
 #include <stdio.h>
 
 typedef enum {
-    ECHOD_EXEC_DIRECT = 0, /* run steps on the calling (loop) thread */
-    ECHOD_EXEC_FIXED,      /* n threads, one shared FIFO under one lock */
-    ECHOD_EXEC_CACHED,     /* hand-off to an idle thread or start one; idle threads expire */
+    ECHOD_EXEC_DIRECT = 0,  /* run steps on the calling (loop) thread */
+    ECHOD_EXEC_FIXED,       /* n threads, one shared FIFO under one lock */
+    ECHOD_EXEC_CACHED,      /* hand-off to an idle thread or start one; idle threads expire */
     ECHOD_EXEC_WORKSTEALING /* n carriers with their own deques; idle carriers steal */
 } echod_exec_mode_t;
 
 typedef struct {
     echod_exec_mode_t mode;
-    unsigned threads;      /* fixed, workstealing: 0 = CPUs the process may use */
-    unsigned max_threads;  /* cached: 0 = no cap */
+    unsigned threads;       /* fixed, workstealing: 0 = CPUs the process may use */
+    unsigned max_threads;   /* cached: 0 = no cap */
     uint64_t keep_alive_ms; /* cached: idle threads exit after this */
 } echod_exec_config_t;
 
@@ -90,11 +90,11 @@ typedef struct echod_config {
         uint32_t max_connections;     /* 0 = unlimited; above it new connections are closed at once */
     } limits;
     struct {
-        bool allow_metadata_overrides;   /* default true */
-        uint64_t max_cpu_ms;             /* cap on cpu_us (ms in config; 0..1 h; default 10 s) */
-        uint64_t max_sleep_ms;           /* cap on sleep_us (0..1 h; default 10 s) */
-        uint32_t max_response_bytes;     /* cap on response_bytes (default 4 MiB) */
-        echod_work_t defaults;           /* every method without a per_method entry */
+        bool allow_metadata_overrides; /* default true */
+        uint64_t max_cpu_ms;           /* cap on cpu_us (ms in config; 0..1 h; default 10 s) */
+        uint64_t max_sleep_ms;         /* cap on sleep_us (0..1 h; default 10 s) */
+        uint32_t max_response_bytes;   /* cap on response_bytes (default 4 MiB) */
+        echod_work_t defaults;         /* every method without a per_method entry */
         /*
          * Used instead of `defaults` for that method. An entry starts from the values `defaults` has
          * when the entry is read (in a file, after the defaults of the same file whatever the key
@@ -125,8 +125,8 @@ typedef struct echod_config {
         echod_log_level_t level;
         echod_log_format_t format;
     } log;
-    char source[256];    /* file the config came from, "" for built-in defaults */
-    char sha256[65];     /* hex digest of the effective config as printed by echod_config_dump */
+    char source[256]; /* file the config came from, "" for built-in defaults */
+    char sha256[65];  /* hex digest of the effective config as printed by echod_config_dump */
 } echod_config_t;
 
 /* Fills every field with the built-in defaults (identical to config/echod.yaml). */

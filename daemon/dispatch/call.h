@@ -50,7 +50,7 @@ struct echod_call {
     int final_code; /* the status the call ended with: written by the loop before `closed` */
     /* Synthetic work for this call: resolved on the loop when HEADERS completes, read-only after. */
     echod_work_t work;
-    char *work_error;  /* "echod-cpu-us: ..." when a work header was malformed: INVALID_ARGUMENT */
+    char *work_error;           /* "echod-cpu-us: ..." when a work header was malformed: INVALID_ARGUMENT */
     unsigned admitted : 1;      /* counted against limits.max_calls_in_flight */
     atomic_int handler_started; /* start_call ran: a deadline after this was not "expired in queue" */
     /* Server timing (telemetry.timing_trailer): steps add to these inside the serializer. */
@@ -58,10 +58,10 @@ struct echod_call {
     echod_serializer_t serializer;
 
     struct {
-        void *state;       /* the method's own */
-        char timing[96];   /* echod-timing value, filled by echod_call_close */
-        int wants_ready;   /* the handler is waiting for on_ready */
-        int closed;        /* echod_call_close was called */
+        void *state;     /* the method's own */
+        char timing[96]; /* echod-timing value, filled by echod_call_close */
+        int wants_ready; /* the handler is waiting for on_ready */
+        int closed;      /* echod_call_close was called */
     } h;
 
     struct {
@@ -74,21 +74,21 @@ struct echod_call {
             echod_work_t work;   /* echod-* overrides, valid where `work_set` has the bit */
             unsigned work_set;   /* 1 << ECHOD_WORK_* */
             char *work_error;
-            char *meta;          /* custom request metadata, "name\0value\0" pairs, for echo_metadata */
+            char *meta; /* custom request metadata, "name\0value\0" pairs, for echo_metadata */
             size_t meta_len, meta_count;
         } hdr; /* request headers, checked once HEADERS is complete */
         echod_deframer_t deframer;
         uint32_t requested;   /* messages the handler asked for and has not been given */
         size_t held_bytes;    /* received but not yet returned to the flow-control window */
         uint64_t deadline_ms; /* 0 = none; in h2o_now() time */
-        unsigned started : 1, end_stream : 1, half_close_submitted : 1, ready_due : 1, closed : 1,
-            close_submitted : 1, headers_sent : 1, trailers_queued : 1, trailers_sent : 1, touched : 1,
-            deframe_failed : 1, deframe_reported : 1, data_deferred : 1, expired : 1, pumping : 1, repump : 1,
-            rejected : 1, in_conn : 1, drain_open : 1, drain_cut : 1;
+        unsigned started : 1, end_stream : 1, half_close_submitted : 1, ready_due : 1, closed : 1, close_submitted : 1,
+            headers_sent : 1, trailers_queued : 1, trailers_sent : 1, touched : 1, deframe_failed : 1,
+            deframe_reported : 1, data_deferred : 1, expired : 1, pumping : 1, repump : 1, rejected : 1, in_conn : 1,
+            drain_open : 1, drain_cut : 1;
         uint32_t rst_after_trailers; /* RST_STREAM code to send once the trailers left, 0 = none */
         const char *timing;          /* echod-timing for the trailers (points into h.timing) */
         size_t out_queued;           /* bytes in out_head..out_tail not yet sent */
-        int status_code;     /* trailers to send once the write queue is empty */
+        int status_code;             /* trailers to send once the write queue is empty */
         char *status_message;
         echod_msg_t *out_head, *out_tail; /* messages waiting for nghttp2 */
         size_t out_offset;                /* bytes of out_head already sent */

@@ -51,8 +51,8 @@ typedef struct {
     size_t prefix_have;
     echod_msg_t *cur; /* message being filled, after its prefix was read */
     size_t cur_have;
-    echod_msg_t *head, *tail; /* complete messages not yet popped */
-    size_t count;             /* complete messages queued */
+    echod_msg_t *head, *tail;     /* complete messages not yet popped */
+    size_t count;                 /* complete messages queued */
     echod_deframe_status_t error; /* sticky */
     uint32_t error_len;           /* the declared length, for TOO_LARGE messages */
 } echod_deframer_t;

@@ -447,9 +447,11 @@ static void render_calls(mbuf_t *b)
 {
     family(b, "echod_calls_in_flight", "gauge", "Calls started and not yet closed.");
     mbuf_printf(b, "echod_calls_in_flight %" PRId64 "\n", load_signed(&echod_metrics.calls_in_flight));
-    family(b, "echod_calls_admitted", "gauge", "Calls counted against limits.max_calls_in_flight (health calls are not).");
+    family(b, "echod_calls_admitted", "gauge",
+           "Calls counted against limits.max_calls_in_flight (health calls are not).");
     mbuf_printf(b, "echod_calls_admitted %" PRId64 "\n", load_signed(&echod_metrics.calls_admitted));
-    family(b, "echod_calls_shed_total", "counter", "Calls refused with RESOURCE_EXHAUSTED by limits.max_calls_in_flight.");
+    family(b, "echod_calls_shed_total", "counter",
+           "Calls refused with RESOURCE_EXHAUSTED by limits.max_calls_in_flight.");
     mbuf_printf(b, "echod_calls_shed_total %" PRIu64 "\n", load(&echod_metrics.calls_shed));
     family(b, "echod_deadline_expired_queued_total", "counter",
            "Calls whose grpc-timeout expired before their handler started (queued behind the executor).");
@@ -709,9 +711,11 @@ static void render_saturation(mbuf_t *b)
         mbuf_printf(b, "echod_rest_connections_accepted_total %" PRIu64 "\n",
                     load(&echod_metrics.rest.connections_accepted));
         family(b, "echod_rest_connections_open", "gauge", "REST control arm connections open.");
-        mbuf_printf(b, "echod_rest_connections_open %" PRId64 "\n", (int64_t)load(&echod_metrics.rest.connections_open));
+        mbuf_printf(b, "echod_rest_connections_open %" PRId64 "\n",
+                    (int64_t)load(&echod_metrics.rest.connections_open));
         family(b, "echod_rest_body_bytes_total", "counter", "REST control arm body bytes, by direction.");
-        mbuf_printf(b, "echod_rest_body_bytes_total{direction=\"in\"} %" PRIu64 "\n", load(&echod_metrics.rest.body_bytes_in));
+        mbuf_printf(b, "echod_rest_body_bytes_total{direction=\"in\"} %" PRIu64 "\n",
+                    load(&echod_metrics.rest.body_bytes_in));
         mbuf_printf(b, "echod_rest_body_bytes_total{direction=\"out\"} %" PRIu64 "\n",
                     load(&echod_metrics.rest.body_bytes_out));
     }

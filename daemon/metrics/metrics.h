@@ -14,7 +14,12 @@
 #include "config/config.h"
 #include "dispatch/step.h"
 
-typedef enum { ECHOD_LOOP_TASK_REQUEST = 0, ECHOD_LOOP_TASK_WRITE, ECHOD_LOOP_TASK_CLOSE, ECHOD_LOOP_TASK__COUNT } echod_loop_task_kind_t;
+typedef enum {
+    ECHOD_LOOP_TASK_REQUEST = 0,
+    ECHOD_LOOP_TASK_WRITE,
+    ECHOD_LOOP_TASK_CLOSE,
+    ECHOD_LOOP_TASK__COUNT
+} echod_loop_task_kind_t;
 typedef enum {
     ECHOD_FLUSH_TRIGGER_LOOP_TAIL = 0,
     ECHOD_FLUSH_TRIGGER_READ_COMPLETE,
@@ -29,17 +34,22 @@ typedef enum {
     ECHOD_CLOSE_LIMIT,
     ECHOD_CLOSE__COUNT
 } echod_close_reason_t;
-typedef enum { ECHOD_GRPC_UNARY = 0, ECHOD_GRPC_CLIENT_STREAM, ECHOD_GRPC_SERVER_STREAM, ECHOD_GRPC_BIDI_STREAM } echod_grpc_type_t;
+typedef enum {
+    ECHOD_GRPC_UNARY = 0,
+    ECHOD_GRPC_CLIENT_STREAM,
+    ECHOD_GRPC_SERVER_STREAM,
+    ECHOD_GRPC_BIDI_STREAM
+} echod_grpc_type_t;
 
-#define ECHOD_METRICS_MAX_METHODS 16
+#define ECHOD_METRICS_MAX_METHODS   16
 #define ECHOD_METRICS_MAX_EXECUTORS 16
-#define ECHOD_GRPC_CODES 17
+#define ECHOD_GRPC_CODES            17
 
 /* A cumulative histogram with fixed upper bounds (the +Inf bucket is implicit). */
 typedef struct {
     const double *bounds; /* ascending, in the unit the value is observed in */
     size_t nbounds;
-    double scale; /* multiply observed values by this when rendering (e.g. 1e-6 for us -> s) */
+    double scale;              /* multiply observed values by this when rendering (e.g. 1e-6 for us -> s) */
     _Atomic uint64_t *buckets; /* nbounds + 1 entries, non-cumulative; rendered cumulative */
     _Atomic uint64_t count;
     _Atomic uint64_t sum; /* in observed units */
@@ -53,7 +63,7 @@ typedef struct {
     _Atomic uint64_t handled[ECHOD_GRPC_CODES];
     _Atomic uint64_t msg_received;
     _Atomic uint64_t msg_sent;
-    echod_histogram_t handling; /* microseconds from start_call to closed (grpc_server_handling_seconds) */
+    echod_histogram_t handling;     /* microseconds from start_call to closed (grpc_server_handling_seconds) */
     echod_histogram_t msg_handling; /* microseconds in the handler per delivered message (streams) */
 } echod_method_metrics_t;
 
@@ -63,13 +73,13 @@ struct echod_exec;
 
 /* One I/O loop's saturation, sampled by the loop itself every 100 ms. */
 typedef struct {
-    _Atomic uint64_t busy_ppm;   /* loop thread CPU / wall time over the last sample, in millionths */
-    _Atomic uint64_t lag_us;     /* how late the last sample's timer fired */
-    _Atomic uint64_t cpu_ns;     /* loop thread CPU time, total */
+    _Atomic uint64_t busy_ppm; /* loop thread CPU / wall time over the last sample, in millionths */
+    _Atomic uint64_t lag_us;   /* how late the last sample's timer fired */
+    _Atomic uint64_t cpu_ns;   /* loop thread CPU time, total */
 } echod_loop_metrics_t;
 
 typedef struct {
-    const char *name; /* executor label: "default" or the per-method executor's name */
+    const char *name;              /* executor label: "default" or the per-method executor's name */
     const struct echod_exec *exec; /* for gauges; read through echod_exec_* getters */
     _Atomic uint64_t dispatches;
     echod_histogram_t queue_wait; /* microseconds */
@@ -157,7 +167,7 @@ void echod_metrics_observe_queue_wait(void *ctx, uint64_t wait_ns);
 /* Renders the whole exposition into a malloc'd buffer; *len gets its length. Any thread. */
 char *echod_metrics_render(size_t *len);
 
-#define ECHOD_COUNT(field) atomic_fetch_add_explicit(&(field), 1, memory_order_relaxed)
+#define ECHOD_COUNT(field)  atomic_fetch_add_explicit(&(field), 1, memory_order_relaxed)
 #define ECHOD_ADD(field, n) atomic_fetch_add_explicit(&(field), (n), memory_order_relaxed)
 
 #endif

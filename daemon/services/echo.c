@@ -366,22 +366,39 @@ static void bidi_half_close(echod_call_t *call)
 
 #define SERVICE "grpc.examples.echo.Echo"
 
-static const echod_method_t unary = {
-    .path = "/" SERVICE "/UnaryEcho", .service = SERVICE, .name = "UnaryEcho", .type = ECHOD_GRPC_UNARY,
-    .on_start = single_start, .on_message = single_message, .on_half_close = unary_half_close,
-    .on_complete = free_state_msg};
-static const echod_method_t server_streaming = {
-    .path = "/" SERVICE "/ServerStreamingEcho", .service = SERVICE, .name = "ServerStreamingEcho",
-    .type = ECHOD_GRPC_SERVER_STREAM, .on_start = server_streaming_start, .on_message = server_streaming_message,
-    .on_half_close = server_streaming_half_close, .on_ready = server_streaming_ready,
-    .on_complete = server_streaming_complete};
-static const echod_method_t client_streaming = {
-    .path = "/" SERVICE "/ClientStreamingEcho", .service = SERVICE, .name = "ClientStreamingEcho",
-    .type = ECHOD_GRPC_CLIENT_STREAM, .on_start = client_streaming_start, .on_message = client_streaming_message,
-    .on_half_close = client_streaming_half_close, .on_complete = client_streaming_complete};
-static const echod_method_t bidi = {
-    .path = "/" SERVICE "/BidirectionalStreamingEcho", .service = SERVICE, .name = "BidirectionalStreamingEcho",
-    .type = ECHOD_GRPC_BIDI_STREAM, .on_start = bidi_start, .on_message = bidi_message,
-    .on_half_close = bidi_half_close, .on_ready = bidi_ready, .on_complete = free_state_msg};
+static const echod_method_t unary = {.path = "/" SERVICE "/UnaryEcho",
+                                     .service = SERVICE,
+                                     .name = "UnaryEcho",
+                                     .type = ECHOD_GRPC_UNARY,
+                                     .on_start = single_start,
+                                     .on_message = single_message,
+                                     .on_half_close = unary_half_close,
+                                     .on_complete = free_state_msg};
+static const echod_method_t server_streaming = {.path = "/" SERVICE "/ServerStreamingEcho",
+                                                .service = SERVICE,
+                                                .name = "ServerStreamingEcho",
+                                                .type = ECHOD_GRPC_SERVER_STREAM,
+                                                .on_start = server_streaming_start,
+                                                .on_message = server_streaming_message,
+                                                .on_half_close = server_streaming_half_close,
+                                                .on_ready = server_streaming_ready,
+                                                .on_complete = server_streaming_complete};
+static const echod_method_t client_streaming = {.path = "/" SERVICE "/ClientStreamingEcho",
+                                                .service = SERVICE,
+                                                .name = "ClientStreamingEcho",
+                                                .type = ECHOD_GRPC_CLIENT_STREAM,
+                                                .on_start = client_streaming_start,
+                                                .on_message = client_streaming_message,
+                                                .on_half_close = client_streaming_half_close,
+                                                .on_complete = client_streaming_complete};
+static const echod_method_t bidi = {.path = "/" SERVICE "/BidirectionalStreamingEcho",
+                                    .service = SERVICE,
+                                    .name = "BidirectionalStreamingEcho",
+                                    .type = ECHOD_GRPC_BIDI_STREAM,
+                                    .on_start = bidi_start,
+                                    .on_message = bidi_message,
+                                    .on_half_close = bidi_half_close,
+                                    .on_ready = bidi_ready,
+                                    .on_complete = free_state_msg};
 
 const echod_method_t *const echod_echo_methods[] = {&unary, &server_streaming, &client_streaming, &bidi, NULL};

@@ -29,9 +29,9 @@ struct echod_conn {
     bytes_t out;     /* frames nghttp2 produced, not yet handed to the socket */
     bytes_t writing; /* the bytes of the one outstanding h2o_socket_write */
     h2o_timeout_entry_t tail_entry;
-    h2o_timeout_entry_t guard_entry; /* handshake, then idle timeout */
-    h2o_timeout_entry_t age_entry;   /* max_connection_age, then its grace */
-    size_t header_bytes;             /* of the request header block being received */
+    h2o_timeout_entry_t guard_entry;        /* handshake, then idle timeout */
+    h2o_timeout_entry_t age_entry;          /* max_connection_age, then its grace */
+    size_t header_bytes;                    /* of the request header block being received */
     uint64_t reset_budget, reset_budget_ms; /* RST_STREAMs the peer may still send, in 1/1000ths; refilled then */
     echod_conn_t *next_batch_dirty;
     size_t frames; /* sent since the last counted flush */
@@ -361,9 +361,9 @@ static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t
     }
 
 /* grpc-status values by code (codes above 16 are sent as UNKNOWN) */
-static const char *const status_codes[32] = {"0",  "1",  "2",  "3",  "4",  "5",  "6",  "7",  "8", "9", "10",
-                                             "11", "12", "13", "14", "15", "16", "2",  "2",  "2", "2", "2",
-                                             "2",  "2",  "2",  "2",  "2",  "2",  "2",  "2",  "2", "2"};
+static const char *const status_codes[32] = {"0",  "1",  "2",  "3",  "4",  "5",  "6", "7", "8", "9", "10",
+                                             "11", "12", "13", "14", "15", "16", "2", "2", "2", "2", "2",
+                                             "2",  "2",  "2",  "2",  "2",  "2",  "2", "2", "2", "2"};
 
 /* grpc-status, grpc-message and echod-timing: at most 3 entries. */
 static void status_nv(echod_call_t *call, nghttp2_nv *nv, size_t *n, char *code_buf, char *msg_buf, size_t msg_cap)
@@ -546,7 +546,6 @@ static void on_deadline(h2o_timeout_entry_t *entry)
     conn_process(conn);
 }
 
-
 /* --- receiving: nghttp2 callbacks record and touch, nothing more --- */
 
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
@@ -645,8 +644,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
             loop->stage[valuelen] = '\0';
             echod_metrics_mark_stage(loop->stage);
         }
-    } else if (echod_work_parse_header((const char *)name, namelen, (const char *)value, valuelen,
-                                       &call->io.hdr.work, &call->io.hdr.work_set, &call->io.hdr.work_error)) {
+    } else if (echod_work_parse_header((const char *)name, namelen, (const char *)value, valuelen, &call->io.hdr.work,
+                                       &call->io.hdr.work_set, &call->io.hdr.work_error)) {
         /* a work knob: also echoed with the rest of the metadata */
         keep_metadata(call, name, namelen, value, valuelen);
     } else if (name[0] != ':' && !is_reserved_header(name, namelen)) {
@@ -660,8 +659,8 @@ static void reject_http(echod_call_t *call, const char *status, const char *mess
     echod_conn_t *conn = call->conn;
     char code[12];
     snprintf(code, sizeof(code), "%d", ECHOD_INTERNAL);
-    nghttp2_nv nv[] = {NV(":status", status), NV("content-type", "text/plain; charset=utf-8"),
-                       NV("grpc-status", code), NV("grpc-message", message)};
+    nghttp2_nv nv[] = {NV(":status", status), NV("content-type", "text/plain; charset=utf-8"), NV("grpc-status", code),
+                       NV("grpc-message", message)};
     call->io.rejected = 1;
     call->io.headers_sent = 1;
     call->io.trailers_queued = 1;
@@ -1051,7 +1050,8 @@ static int session_start(echod_conn_t *conn)
     };
     nghttp2_submit_settings(conn->ngh, NGHTTP2_FLAG_NONE, settings, 3);
     /* grpc-java's flowControlWindow applies to the connection as well as each stream */
-    nghttp2_session_set_local_window_size(conn->ngh, NGHTTP2_FLAG_NONE, 0, (int32_t)cfg->transport.initial_window_bytes);
+    nghttp2_session_set_local_window_size(conn->ngh, NGHTTP2_FLAG_NONE, 0,
+                                          (int32_t)cfg->transport.initial_window_bytes);
     return 0;
 }
 

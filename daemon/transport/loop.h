@@ -30,17 +30,17 @@ typedef struct echod_loop {
     h2o_multithread_queue_t *queue;
     h2o_multithread_receiver_t tasks;   /* echod_loop_msg_t from workers */
     h2o_multithread_receiver_t control; /* shutdown */
-    h2o_timeout_t tail;      /* 0 ms: fires after every read of the iteration (loop_tail flush) */
-    h2o_timeout_t deadlines; /* 0 ms list kept sorted by deadline, see echod_loop_link_deadline */
-    h2o_timeout_t tick;      /* 10 ms: drain progress checks */
+    h2o_timeout_t tail;                 /* 0 ms: fires after every read of the iteration (loop_tail flush) */
+    h2o_timeout_t deadlines;            /* 0 ms list kept sorted by deadline, see echod_loop_link_deadline */
+    h2o_timeout_t tick;                 /* 10 ms: drain progress checks */
     h2o_timeout_entry_t tick_entry;
     h2o_timeout_t handshake; /* transport.handshake_timeout */
     h2o_timeout_t idle;      /* transport.idle_timeout */
-    h2o_timeout_t sample; /* 100 ms: loop busy ratio and lag */
+    h2o_timeout_t sample;    /* 100 ms: loop busy ratio and lag */
     h2o_timeout_entry_t sample_entry;
     uint64_t sample_wall_ns, sample_cpu_ns;
     echod_loop_metrics_t *metrics;
-    h2o_linklist_t conns;     /* echod_conn_t.link */
+    h2o_linklist_t conns;           /* echod_conn_t.link */
     struct echod_conn *batch_dirty; /* connections written to by the current task batch */
     int in_task_batch;
     int draining, cut;
@@ -48,10 +48,10 @@ typedef struct echod_loop {
     h2o_multithread_message_t shutdown_msg;
     atomic_long live_calls; /* calls of this loop not yet freed (freed on any thread) */
     int listen_fd;
-    int rest_fd;              /* listen.rest, or -1 */
-    struct echod_rest *rest;  /* the REST control arm on this loop, or NULL */
-    int rest_done;            /* its stop has finished (drain) */
-    char stage[101];          /* the last echod-stage request header seen on this loop */
+    int rest_fd;                 /* listen.rest, or -1 */
+    struct echod_rest *rest;     /* the REST control arm on this loop, or NULL */
+    int rest_done;               /* its stop has finished (drain) */
+    char stage[101];             /* the last echod-stage request header seen on this loop */
     pthread_mutex_t ready_mutex; /* start-up: the loop thread has built its evloop and queue */
     pthread_cond_t ready_cond;
     int ready;

@@ -11,8 +11,8 @@ void echod_log_setup(echod_log_level_t level, echod_log_format_t format, const c
 void echod_log(echod_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define echod_debug(...) echod_log(ECHOD_LOG_DEBUG, __VA_ARGS__)
-#define echod_info(...) echod_log(ECHOD_LOG_INFO, __VA_ARGS__)
-#define echod_warn(...) echod_log(ECHOD_LOG_WARN, __VA_ARGS__)
+#define echod_info(...)  echod_log(ECHOD_LOG_INFO, __VA_ARGS__)
+#define echod_warn(...)  echod_log(ECHOD_LOG_WARN, __VA_ARGS__)
 #define echod_error(...) echod_log(ECHOD_LOG_ERROR, __VA_ARGS__)
 
 #endif

@@ -12,7 +12,7 @@ static int check_passed, check_failed;
             check_passed++;                                                                                            \
         } else {                                                                                                       \
             check_failed++;                                                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                                  \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                                   \
         }                                                                                                              \
     } while (0)
 
