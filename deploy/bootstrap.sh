@@ -9,7 +9,8 @@
 #                              tests/lsan.supp and tests/tsan.supp are used when present
 #
 # Environment:
-#   ECHOD_SUITES   which test builds to run, default "release asan tsan"
+#   ECHOD_SUITES   which checks to run, default "release asan tsan fuzz memcheck"
+#   ECHOD_FUZZ_SECONDS  seconds per fuzz target (default 30)
 #   MESON_TEST_ARGS extra arguments for every `meson test` (e.g. "--suite integration")
 set -euo pipefail
 
@@ -185,8 +186,23 @@ run_suite() {
     fi
 }
 
+# run_script NAME COMMAND...: a check that is a script rather than a meson suite; one result.
+run_script() {
+    local name=$1
+    shift
+    log "check '$name': $*"
+    if "$@"; then
+        log "$name: passed"
+        TOTAL_PASSED=$((TOTAL_PASSED + 1))
+    else
+        log "$name: FAILED"
+        TOTAL_FAILED=$((TOTAL_FAILED + 1))
+        FAILED_SUITES+=("$name")
+    fi
+}
+
 run_tests() {
-    local suites=${ECHOD_SUITES:-release asan tsan}
+    local suites=${ECHOD_SUITES:-release asan tsan fuzz memcheck}
     local s tsan_opts lsan_opts
     for s in $suites; do
         case $s in
@@ -211,6 +227,14 @@ run_tests() {
             fi
             run_suite tsan build-tsan ECHOD_SANITIZER=tsan "TSAN_OPTIONS=$tsan_opts" \
                 -- -Db_sanitize=thread
+            ;;
+        fuzz)
+            # each libFuzzer target for ECHOD_FUZZ_SECONDS against its corpus (clang, ASan+UBSan)
+            run_script fuzz tests/fuzz/run.sh "${ECHOD_FUZZ_SECONDS:-30}"
+            ;;
+        memcheck)
+            # the release binary of the first suite, under valgrind, over part of the integration suite
+            run_script memcheck env ECHOD_BIN="$ROOT/build/daemon/echod" tests/memcheck.sh
             ;;
         *)
             log "unknown suite '$s' in ECHOD_SUITES"
