@@ -6,7 +6,9 @@
 #   deploy/bootstrap.sh test   install (with the test tools), build, run the whole test suite in
 #                              build/ (release), then again in build-asan/ (AddressSanitizer +
 #                              UndefinedBehaviorSanitizer) and build-tsan/ (ThreadSanitizer);
-#                              tests/lsan.supp and tests/tsan.supp are used when present
+#                              tests/lsan.supp and tests/tsan.supp are used when present; then
+#                              the libFuzzer targets (tests/fuzz/run.sh) and valgrind memcheck
+#                              over part of the integration suite (tests/memcheck.sh)
 #
 # Environment:
 #   ECHOD_SUITES   which checks to run, default "release asan tsan fuzz memcheck"
