@@ -60,7 +60,6 @@ struct echod_call {
     struct {
         void *state;     /* the method's own */
         char timing[96]; /* echod-timing value, filled by echod_call_close */
-        int wants_ready; /* the handler is waiting for on_ready */
         int closed;      /* echod_call_close was called */
     } h;
 
