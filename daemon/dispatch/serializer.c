@@ -48,11 +48,14 @@ static echod_step_t *mpsc_pop(echod_serializer_t *s)
     }
 }
 
+/*
+ * Called by a drain after it set STOPPED, when another drain may already be popping (and freeing)
+ * steps: it must not touch any step. A drain ends with the stub as its tail and head, so head
+ * pointing anywhere else means a producer pushed since.
+ */
 static int mpsc_empty(echod_serializer_t *s)
 {
-    echod_step_t *tail = atomic_load_explicit(&s->tail, memory_order_relaxed);
-    return atomic_load_explicit(&s->head, memory_order_seq_cst) == tail &&
-           atomic_load_explicit(&tail->next, memory_order_acquire) == NULL;
+    return atomic_load_explicit(&s->head, memory_order_seq_cst) == &s->stub;
 }
 
 static void dispatch(echod_serializer_t *s)
