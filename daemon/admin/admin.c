@@ -31,19 +31,9 @@
 
 #include "admin/admin.h"
 #include "metrics/metrics.h"
+#include "util/h2o_compat.h"
 #include "util/log.h"
 
-/*
- * Work-arounds for memory h2o 2.2.x never frees (see teardown). They depend on how that series
- * allocates, so other releases get none of them: at worst a leak, never a double free.
- */
-#if H2O_VERSION_MAJOR == 2 && H2O_VERSION_MINOR == 2
-#define ADMIN_H2O_22_CLEANUP 1
-#else
-#define ADMIN_H2O_22_CLEANUP 0
-#endif
-/* Size of h2o 2.2's thread-local free list of request-pool chunks (memory.c). */
-#define ADMIN_H2O_POOL_FREELIST_MAX 16
 
 /* How long stop waits for open admin connections to wind down before giving up on them. */
 #define ADMIN_DRAIN_MS 2000
@@ -284,10 +274,7 @@ static void teardown(echod_admin_t *admin)
 
     h2o_multithread_unregister_receiver(admin->queue, &admin->wake);
     h2o_multithread_destroy_queue(admin->queue);
-#if ADMIN_H2O_22_CLEANUP
-    /* 2.2's destroy_queue (evloop build) closes the pipe but never frees the queue itself. */
-    free(admin->queue);
-#endif
+    echod_h2o_free_queue(admin->queue);
     admin->queue = NULL;
 
     if (!h2o_linklist_is_empty(&admin->conns)) {
@@ -297,12 +284,7 @@ static void teardown(echod_admin_t *admin)
     }
     h2o_multithread_queue_t *ctx_queue = admin->ctx.queue;
     h2o_context_dispose(&admin->ctx);
-#if ADMIN_H2O_22_CLEANUP
-    /* Same leak, inherited by h2o_context_dispose for the context's own queue. */
-    free(ctx_queue);
-#else
-    (void)ctx_queue;
-#endif
+    echod_h2o_free_queue(ctx_queue); /* the same leak, inherited by h2o_context_dispose */
     h2o_config_dispose(&admin->globalconf);
     /*
      * Frees the sockets closed above (the loop only unlinks them until its next state update).
@@ -311,27 +293,7 @@ static void teardown(echod_admin_t *admin)
     h2o_evloop_destroy(admin->loop);
     admin->loop = NULL;
 
-    /*
-     * Socket input buffers are recycled into a thread-local free list that dies with this thread;
-     * hand them back to malloc. The list is public (h2o_socket_buffer_prototype.allocator).
-     */
-    h2o_mem_recycle_t *recycle = &h2o_socket_buffer_prototype.allocator;
-    while (recycle->cnt != 0)
-        free(h2o_mem_alloc_recycle(recycle, 0));
-
-#if ADMIN_H2O_22_CLEANUP
-    /*
-     * Request-pool chunks go to a similar list that h2o keeps static, out of reach. A fresh pool's
-     * first allocation takes a chunk from it and records it in pool.chunks (the chunk is the
-     * malloc'd block itself), so taking and freeing as many as the list can hold empties it.
-     */
-    for (int i = 0; i < ADMIN_H2O_POOL_FREELIST_MAX; ++i) {
-        h2o_mem_pool_t pool;
-        h2o_mem_init_pool(&pool);
-        h2o_mem_alloc_pool(&pool, 1);
-        free(pool.chunks);
-    }
-#endif
+    echod_h2o_drain_thread_caches();
 }
 
 static void *admin_main(void *arg)

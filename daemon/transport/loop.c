@@ -11,6 +11,7 @@
 #include "transport/loop.h"
 #include "transport/rest.h"
 #include "util/clock.h"
+#include "util/h2o_compat.h"
 #include "util/log.h"
 
 #define SAMPLE_MS 100
@@ -249,9 +250,8 @@ static void loop_teardown(echod_loop_t *loop)
     h2o_multithread_unregister_receiver(loop->queue, &loop->tasks);
     h2o_multithread_unregister_receiver(loop->queue, &loop->control);
     h2o_multithread_destroy_queue(loop->queue);
-    /* 2.2.5's destroy_queue neither frees the queue nor runs the deferred socket close */
-    h2o_evloop_run(loop->evloop, 0);
-    free(loop->queue);
+    h2o_evloop_run(loop->evloop, 0); /* runs the deferred close of the queue's socket */
+    echod_h2o_free_queue(loop->queue);
     h2o_timeout_dispose(loop->evloop, &loop->tail);
     h2o_timeout_dispose(loop->evloop, &loop->deadlines);
     h2o_timeout_dispose(loop->evloop, &loop->tick);

@@ -25,16 +25,9 @@
 
 #include "metrics/metrics.h"
 #include "transport/rest.h"
+#include "util/h2o_compat.h"
 #include "util/log.h"
 
-/* Work-arounds for memory h2o 2.2.x never frees; other releases get none of them (see admin.c). */
-#if H2O_VERSION_MAJOR == 2 && H2O_VERSION_MINOR == 2
-#define REST_H2O_22_CLEANUP 1
-#else
-#define REST_H2O_22_CLEANUP 0
-#endif
-/* Size of h2o 2.2's thread-local free list of request-pool chunks (memory.c). */
-#define REST_H2O_POOL_FREELIST_MAX 16
 
 /* Accepts per listener wake-up: the loop also serves gRPC, so a connect storm must not hog it. */
 #define REST_ACCEPT_BATCH 64
@@ -398,26 +391,6 @@ void echod_rest_abort(echod_rest_t *rest)
  * nothing empties when the thread ends (the pool's list is even static, out of reach). The loop
  * thread usually ends soon after this; emptying the lists now is harmless if it does not.
  */
-static void drain_thread_caches(void)
-{
-    h2o_mem_recycle_t *recycle = &h2o_socket_buffer_prototype.allocator;
-    while (recycle->cnt != 0)
-        free(h2o_mem_alloc_recycle(recycle, 0));
-#if REST_H2O_22_CLEANUP
-    /*
-     * A fresh pool's first allocation takes a chunk from the list and records it in pool.chunks
-     * (the chunk is the malloc'd block itself), so taking and freeing as many as the list can
-     * hold empties it.
-     */
-    for (int i = 0; i < REST_H2O_POOL_FREELIST_MAX; ++i) {
-        h2o_mem_pool_t pool;
-        h2o_mem_init_pool(&pool);
-        h2o_mem_alloc_pool(&pool, 1);
-        free(pool.chunks);
-    }
-#endif
-}
-
 void echod_rest_dispose(echod_rest_t *rest)
 {
     if (rest->listener != NULL || !h2o_linklist_is_empty(&rest->conns)) {
@@ -427,15 +400,10 @@ void echod_rest_dispose(echod_rest_t *rest)
     }
     h2o_multithread_queue_t *ctx_queue = rest->ctx.queue;
     h2o_context_dispose(&rest->ctx);
-#if REST_H2O_22_CLEANUP
-    /* 2.2's destroy_queue (evloop build) closes the context queue's pipe but never frees the queue. */
-    free(ctx_queue);
-#else
-    (void)ctx_queue;
-#endif
+    echod_h2o_free_queue(ctx_queue); /* h2o 2.2 closes the context queue's pipe but never frees it */
     h2o_config_dispose(&rest->globalconf);
     free(rest);
-    drain_thread_caches();
+    echod_h2o_drain_thread_caches();
 }
 
 void echod_rest_stats(const echod_rest_t *rest, echod_rest_stats_t *out)
