@@ -34,7 +34,6 @@
 #include "util/h2o_compat.h"
 #include "util/log.h"
 
-
 /* How long stop waits for open admin connections to wind down before giving up on them. */
 #define ADMIN_DRAIN_MS 2000
 

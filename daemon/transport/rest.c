@@ -28,7 +28,6 @@
 #include "util/h2o_compat.h"
 #include "util/log.h"
 
-
 /* Accepts per listener wake-up: the loop also serves gRPC, so a connect storm must not hog it. */
 #define REST_ACCEPT_BATCH 64
 
