@@ -84,10 +84,9 @@ struct echod_call {
             headers_sent : 1, trailers_queued : 1, trailers_sent : 1, touched : 1, deframe_failed : 1,
             deframe_reported : 1, data_deferred : 1, expired : 1, pumping : 1, repump : 1, rejected : 1, in_conn : 1,
             drain_open : 1, drain_cut : 1;
-        uint32_t rst_after_trailers; /* RST_STREAM code to send once the trailers left, 0 = none */
-        const char *timing;          /* echod-timing for the trailers (points into h.timing) */
-        size_t out_queued;           /* bytes in out_head..out_tail not yet sent */
-        int status_code;             /* trailers to send once the write queue is empty */
+        const char *timing; /* echod-timing for the trailers (points into h.timing) */
+        size_t out_queued;  /* bytes in out_head..out_tail not yet sent */
+        int status_code;    /* trailers to send once the write queue is empty */
         char *status_message;
         echod_msg_t *out_head, *out_tail; /* messages waiting for nghttp2 */
         size_t out_offset;                /* bytes of out_head already sent */

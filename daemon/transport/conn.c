@@ -492,7 +492,11 @@ void echod_conn_send_message(echod_call_t *call, echod_msg_t *msg)
     mark_dirty(conn);
 }
 
-static void close_stream(echod_call_t *call, int code, const char *message, uint32_t rst_code, const char *timing)
+/* Queues the status as trailers (or Trailers-Only). If the client has not half-closed, the
+ * trailers are followed by RST_STREAM(NO_ERROR) (PROTOCOL-HTTP2 "early server closure"): any
+ * other code races the trailers at the client, and grpc-core then reports CANCELLED instead of
+ * the status we sent (measured: 5 of 60 grpcio deadline calls with CANCEL, 0 of 200 with NO_ERROR). */
+static void close_stream(echod_call_t *call, int code, const char *message, const char *timing)
 {
     echod_conn_t *conn = call->conn;
     if (conn->closed || call->io.closed || call->io.trailers_queued)
@@ -500,7 +504,6 @@ static void close_stream(echod_call_t *call, int code, const char *message, uint
     call->io.trailers_queued = 1;
     call->io.status_code = code;
     call->io.status_message = message != NULL ? strdup(message) : NULL;
-    call->io.rst_after_trailers = rst_code;
     call->io.timing = timing != NULL && timing[0] != '\0' ? timing : NULL;
     if (!call->io.headers_sent) {
         call->io.headers_sent = 1;
@@ -520,7 +523,7 @@ static void close_stream(echod_call_t *call, int code, const char *message, uint
 
 void echod_conn_close_call(echod_call_t *call, int code, const char *message, const char *timing)
 {
-    close_stream(call, code, message, NGHTTP2_NO_ERROR, timing);
+    close_stream(call, code, message, timing);
 }
 
 void echod_conn_consume(echod_call_t *call, size_t n)
@@ -542,7 +545,7 @@ static void on_deadline(h2o_timeout_entry_t *entry)
     if (!atomic_load_explicit(&call->handler_started, memory_order_acquire))
         ECHOD_COUNT(echod_metrics.deadline_expired_queued);
     atomic_store_explicit(&call->cancelled, 1, memory_order_release);
-    close_stream(call, ECHOD_DEADLINE_EXCEEDED, "Deadline exceeded", NGHTTP2_CANCEL, NULL);
+    close_stream(call, ECHOD_DEADLINE_EXCEEDED, "Deadline exceeded", NULL);
     conn_process(conn);
 }
 
@@ -714,8 +717,7 @@ static void request_headers_done(echod_call_t *call)
             }
             call->io.started = 1; /* shed before any step: nothing was accepted */
             call->io.rejected = 1;
-            close_stream(call, ECHOD_RESOURCE_EXHAUSTED, "Server at limits.max_calls_in_flight", NGHTTP2_NO_ERROR,
-                         NULL);
+            close_stream(call, ECHOD_RESOURCE_EXHAUSTED, "Server at limits.max_calls_in_flight", NULL);
             return;
         }
         call->admitted = 1;
@@ -730,7 +732,7 @@ static void request_headers_done(echod_call_t *call)
     if (call->io.hdr.timeout_bad) {
         call->io.started = 1; /* no steps: the request never reached a method */
         call->io.rejected = 1;
-        close_stream(call, ECHOD_INTERNAL, "Malformed grpc-timeout header", NGHTTP2_NO_ERROR, NULL);
+        close_stream(call, ECHOD_INTERNAL, "Malformed grpc-timeout header", NULL);
         return;
     }
     if (call->io.hdr.timeout_ns != 0) {
@@ -844,9 +846,9 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
     if (call == NULL)
         return 0;
     call->io.trailers_sent = 1;
-    /* gRPC over HTTP/2: a server that ends before the client did resets the rest of the stream */
+    /* a server that ends before the client did resets the rest of the stream (see close_stream) */
     if (!call->io.end_stream)
-        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, call->io.rst_after_trailers);
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
     return 0;
 }
 
@@ -1004,10 +1006,7 @@ void echod_conn_cut(echod_conn_t *conn)
         if (call->io.drain_open) /* a max_connection_age grace cut is not a drain cut */
             ECHOD_COUNT(echod_metrics.drain_streams_cut);
         atomic_store_explicit(&call->cancelled, 1, memory_order_release);
-        /* PROTOCOL-HTTP2 "early server closure": RST_STREAM(NO_ERROR) after the trailers; CANCEL
-         * would turn the UNAVAILABLE into CANCELLED at the client */
-        close_stream(call, ECHOD_UNAVAILABLE, "Server shutting down: shutdown.drain_timeout passed", NGHTTP2_NO_ERROR,
-                     NULL);
+        close_stream(call, ECHOD_UNAVAILABLE, "Server shutting down: shutdown.drain_timeout passed", NULL);
     }
     final_goaway(conn);
     echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);

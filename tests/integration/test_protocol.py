@@ -326,9 +326,10 @@ class Deadlines(Base):
         elapsed = time.monotonic() - started
         self.assert_grpc_status(st, 4)
         self.assertGreaterEqual(elapsed, at_least * 0.9, "deadline fired early")
-        # The server also resets the stream since the client never half-closed.
+        # The server also resets the stream since the client never half-closed; NO_ERROR, as
+        # CANCEL races the trailers in grpc-core clients, which then report CANCELLED.
         self.c.wait(lambda: self.c.streams[sid].reset_code is not None, 5 * SLOW, "RST_STREAM")
-        self.assertEqual(self.c.streams[sid].reset_code, CANCEL)
+        self.assertEqual(self.c.streams[sid].reset_code, NO_ERROR)
         return st
 
     def test_bidi_deadline(self):
@@ -369,11 +370,16 @@ class Deadlines(Base):
 
             def forever():
                 yield "a"
-                time.sleep(2)
+                time.sleep(0.5)
 
-            with self.assertRaises(grpc.RpcError) as cm:
-                list(stub.BidirectionalStreamingEcho(forever(), timeout=0.3))
-            self.assertEqual(cm.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
+            # Repeated: the status must survive the race between our trailers, our RST_STREAM and
+            # the client's own timer (with RST_STREAM(CANCEL), grpcio saw CANCELLED 1 time in 12).
+            codes = []
+            for _ in range(20):
+                with self.assertRaises(grpc.RpcError) as cm:
+                    list(stub.BidirectionalStreamingEcho(forever(), timeout=0.1))
+                codes.append(cm.exception.code())
+            self.assertEqual(codes, [grpc.StatusCode.DEADLINE_EXCEEDED] * 20)
         self.assert_connection_works()
 
 
