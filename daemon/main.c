@@ -115,15 +115,25 @@ int main(int argc, char **argv)
         echod_config_free(&cfg);
         return EXIT_CONFIG;
     }
+    echod_metrics_set_version(ECHOD_VERSION);
+    echod_metrics_init(&cfg); /* before the registry: it registers every method's metrics */
+    static echod_server_t server;
+    char err[1024];
+    echod_registry_init(&server.registry);
+    if (echod_registry_check_config(&server.registry, &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "echod: %s\n", err);
+        echod_registry_dispose(&server.registry);
+        echod_config_free(&cfg);
+        return EXIT_CONFIG;
+    }
     if (check_only) {
+        echod_registry_dispose(&server.registry);
         echod_config_dump(&cfg, stdout);
         echod_config_free(&cfg);
         return 0;
     }
 
     echod_log_setup(cfg.log.level, cfg.log.format, cfg.arm);
-    echod_metrics_set_version(ECHOD_VERSION);
-    echod_metrics_init(&cfg);
 
     /* Signals go to sigwait below; every thread inherits the mask. */
     sigset_t sigs;
@@ -133,12 +143,9 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    static echod_server_t server;
-    char err[1024];
     int grpc_fds[64], rest_fds[64];
     unsigned nloops = cfg.io.event_loops;
     server.cfg = &cfg;
-    echod_registry_init(&server.registry);
     if (cfg.tls.cert[0] != '\0' &&
         (server.ssl_ctx = echod_tls_create(cfg.tls.cert, cfg.tls.key, err, sizeof(err))) == NULL) {
         fprintf(stderr, "echod: %s\n", err);

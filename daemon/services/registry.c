@@ -1,5 +1,7 @@
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "config/config.h"
 #include "services/benchmark.h"
 #include "services/echo.h"
 #include "services/health.h"
@@ -38,6 +40,27 @@ const echod_method_t *echod_registry_find(const echod_registry_t *reg, const cha
             return reg->methods[i];
     }
     return NULL;
+}
+
+static int check_path(const echod_registry_t *reg, const echod_config_t *cfg, const char *key, const char *path,
+                      char *err, size_t errlen)
+{
+    if (echod_registry_find(reg, path, strlen(path)) != NULL)
+        return 0;
+    snprintf(err, errlen, "%s: %s: no such method \"%s\" (a full path, e.g. /grpc.examples.echo.Echo/UnaryEcho)",
+             cfg->source[0] != '\0' ? cfg->source : "(built-in config)", key, path);
+    return -1;
+}
+
+int echod_registry_check_config(const echod_registry_t *reg, const echod_config_t *cfg, char *err, size_t errlen)
+{
+    for (size_t i = 0; i != cfg->dispatch.per_method_count; i++)
+        if (check_path(reg, cfg, "dispatch.per_method", cfg->dispatch.per_method[i].method, err, errlen) != 0)
+            return -1;
+    for (size_t i = 0; i != cfg->work.per_method_count; i++)
+        if (check_path(reg, cfg, "work.per_method", cfg->work.per_method[i].method, err, errlen) != 0)
+            return -1;
+    return 0;
 }
 
 void echod_registry_dispose(echod_registry_t *reg)

@@ -44,6 +44,13 @@ void echod_registry_init(echod_registry_t *reg);
 /* The method for a :path, or NULL. Any thread (the registry is read-only once built). */
 const echod_method_t *echod_registry_find(const echod_registry_t *reg, const char *path, size_t len);
 
+/*
+ * A config may name methods (dispatch.per_method, work.per_method): 0 if each is served, else -1
+ * with err naming the file, the key and the path. --check-config and start-up both run it, so a
+ * typo in a path fails the check instead of silently configuring nothing.
+ */
+int echod_registry_check_config(const echod_registry_t *reg, const struct echod_config *cfg, char *err, size_t errlen);
+
 void echod_registry_dispose(echod_registry_t *reg);
 
 #endif

@@ -1012,6 +1012,27 @@ void echod_conn_cut(echod_conn_t *conn)
     echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);
 }
 
+/* nghttp2's allocator: the loop's pool (a session lives on its loop thread only) */
+static void *pool_malloc(size_t size, void *pool)
+{
+    return echod_pool_malloc(pool, size);
+}
+
+static void pool_free(void *ptr, void *pool)
+{
+    echod_pool_free(pool, ptr);
+}
+
+static void *pool_calloc(size_t n, size_t size, void *pool)
+{
+    return echod_pool_calloc(pool, n, size);
+}
+
+static void *pool_realloc(void *ptr, size_t size, void *pool)
+{
+    return echod_pool_realloc(pool, ptr, size);
+}
+
 static int session_start(echod_conn_t *conn)
 {
     const echod_config_t *cfg = conn->loop->server->cfg;
@@ -1035,7 +1056,8 @@ static int session_start(echod_conn_t *conn)
         cfg->transport.max_resets_per_second != 0 ? 2 * (uint64_t)cfg->transport.max_resets_per_second : UINT32_MAX;
     nghttp2_option_set_stream_reset_rate_limit(opt, resets, resets);
     nghttp2_option_set_max_continuations(opt, 8);
-    int rv = nghttp2_session_server_new2(&conn->ngh, cbs, conn, opt);
+    nghttp2_mem mem = {&conn->loop->pool, pool_malloc, pool_free, pool_calloc, pool_realloc};
+    int rv = nghttp2_session_server_new3(&conn->ngh, cbs, conn, opt, &mem);
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cbs);
     if (rv != 0)

@@ -15,6 +15,8 @@
 #include "util/log.h"
 
 #define SAMPLE_MS 100
+/* what a loop keeps of freed nghttp2 blocks: a few hundred streams' worth */
+#define POOL_CAP_BYTES (512u * 1024u)
 
 static __thread echod_loop_t *current_loop;
 
@@ -268,6 +270,7 @@ static void *loop_main(void *arg)
     snprintf(name, sizeof(name), "echod-io-%u", loop->index);
     pthread_setname_np(pthread_self(), name);
     current_loop = loop;
+    echod_pool_init(&loop->pool, POOL_CAP_BYTES);
     loop_setup(loop);
     /* from here other threads may post to this loop */
     pthread_mutex_lock(&loop->ready_mutex);
@@ -281,6 +284,7 @@ static void *loop_main(void *arg)
     while (!loop_finished(loop))
         h2o_evloop_run(loop->evloop, INT32_MAX);
     loop_teardown(loop);
+    echod_pool_dispose(&loop->pool); /* every session of this loop is gone with its connection */
     current_loop = NULL;
     return NULL;
 }

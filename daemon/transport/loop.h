@@ -11,6 +11,7 @@
 #include <h2o/socket.h>
 #include <h2o/timeout.h>
 #include "metrics/metrics.h"
+#include "util/pool.h"
 #include "transport/server.h"
 
 struct echod_conn;
@@ -52,6 +53,7 @@ typedef struct echod_loop {
     struct echod_rest *rest;     /* the REST control arm on this loop, or NULL */
     int rest_done;               /* its stop has finished (drain) */
     char stage[101];             /* the last echod-stage request header seen on this loop */
+    echod_pool_t pool;           /* the allocator of this loop's nghttp2 sessions; loop thread only */
     pthread_mutex_t ready_mutex; /* start-up: the loop thread has built its evloop and queue */
     pthread_cond_t ready_cond;
     int ready;

@@ -106,6 +106,20 @@ class ConfigErrors(unittest.TestCase):
         self.assertIn("per_method", r.stderr)
         self.assertIn("merge_lookup_and_start", r.stderr)
 
+    def test_per_method_names_a_served_method(self):
+        # a typo in a method path would configure nothing: the check and start-up both refuse it
+        for key in ("dispatch.per_method./grpc.examples.echo.Echo/UnaryEchoo.mode=fixed",
+                    "work.per_method./grpc.examples.echo.Echo/Unary.cpu_us=5"):
+            for args in (["--check-config", DEFAULT_CONFIG], ["--config", DEFAULT_CONFIG]):
+                r = run(args + ["--set", key])
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(DEFAULT_CONFIG, r.stderr)
+                self.assertIn(key.split(".")[0] + ".per_method", r.stderr)
+                self.assertIn("no such method", r.stderr)
+        r = run(["--check-config", DEFAULT_CONFIG, "--set",
+                 "work.per_method./grpc.examples.echo.Echo/UnaryEcho.cpu_us=5"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_only_one_of_cert_and_key(self):
         r = run(["--check-config", DEFAULT_CONFIG, "--set", "tls.cert=/tmp/x.pem"])
         self.assertEqual(r.returncode, 2, r.stderr)
