@@ -462,7 +462,8 @@ static void render_calls(mbuf_t *b)
     mbuf_printf(b, "echod_connections_total %" PRIu64 "\n", load(&echod_metrics.connections_total));
     family(b, "echod_goaways_sent_total", "counter", "GOAWAY frames sent.");
     mbuf_printf(b, "echod_goaways_sent_total %" PRIu64 "\n", load(&echod_metrics.goaways_sent));
-    static const char *const close_reasons[ECHOD_CLOSE__COUNT] = {"handshake_timeout", "idle", "max_age", "limit"};
+    static const char *const close_reasons[ECHOD_CLOSE__COUNT] = {
+        "handshake_timeout", "idle", "max_age", "limit", "reset_flood", "flood", "protocol_error"};
     family(b, "echod_connections_closed_total", "counter",
            "Connections the server ended itself, by reason (max_age and idle close gracefully).");
     for (int i = 0; i < ECHOD_CLOSE__COUNT; i++)

@@ -32,6 +32,9 @@ typedef enum {
     ECHOD_CLOSE_IDLE,
     ECHOD_CLOSE_MAX_AGE,
     ECHOD_CLOSE_LIMIT,
+    ECHOD_CLOSE_RESET_FLOOD,    /* RST_STREAM over transport.max_resets_per_second (CVE-2023-44487) */
+    ECHOD_CLOSE_FLOOD,          /* SETTINGS/PING acks piling up, too many CONTINUATION frames */
+    ECHOD_CLOSE_PROTOCOL_ERROR, /* bad preface, malformed frames, any other HTTP/2 connection error */
     ECHOD_CLOSE__COUNT
 } echod_close_reason_t;
 typedef enum {

@@ -36,7 +36,7 @@ struct echod_conn {
     echod_conn_t *next_batch_dirty;
     size_t frames; /* sent since the last counted flush */
     unsigned in_recv : 1, processing : 1, closed : 1, goaway_notice : 1, goaway_final : 1, immediate_due : 1,
-        batch_dirty : 1, established : 1, aged : 1;
+        batch_dirty : 1, established : 1, aged : 1, terminated : 1;
 };
 
 static void conn_close(echod_conn_t *conn);
@@ -211,6 +211,10 @@ static void close_for(echod_conn_t *conn, echod_close_reason_t reason)
 static void on_guard(h2o_timeout_entry_t *entry)
 {
     echod_conn_t *conn = H2O_STRUCT_FROM_MEMBER(echod_conn_t, guard_entry, entry);
+    if (conn->terminated) {
+        conn_close(conn); /* the GOAWAY had its chance: a peer that does not read keeps nothing open */
+        return;
+    }
     if (!conn->established) {
         close_for(conn, ECHOD_CLOSE_HANDSHAKE_TIMEOUT); /* nothing to say to a peer that never spoke HTTP/2 */
         return;
@@ -234,11 +238,25 @@ static void arm_goaway_ping_timeout(echod_conn_t *conn)
     echod_loop_link_deadline(conn->loop, &conn->guard_entry, h2o_now(conn->loop->evloop) + GOAWAY_PING_TIMEOUT_MS);
 }
 
+/*
+ * The session ended on an error (flood, protocol error, reset rate): nghttp2 has a GOAWAY queued
+ * and the connection closes once it is out. A peer that stopped reading would never let it out,
+ * so the guard timer closes the connection after GOAWAY_PING_TIMEOUT_MS regardless.
+ */
+static void terminate(echod_conn_t *conn, uint32_t code, echod_close_reason_t reason)
+{
+    ECHOD_COUNT(echod_metrics.connections_closed[reason]);
+    nghttp2_session_terminate_session(conn->ngh, code);
+    conn->terminated = 1;
+    h2o_timeout_unlink(&conn->guard_entry);
+    echod_loop_link_deadline(conn->loop, &conn->guard_entry, h2o_now(conn->loop->evloop) + GOAWAY_PING_TIMEOUT_MS);
+}
+
 /* Idle means no open stream: the timer runs only while conn->calls is empty. */
 static void update_idle(echod_conn_t *conn)
 {
     uint64_t idle = conn->loop->server->cfg->transport.idle_timeout_ms;
-    if (idle == 0 || !conn->established || conn->closed || conn->goaway_notice)
+    if (idle == 0 || !conn->established || conn->closed || conn->goaway_notice || conn->terminated)
         return;
     if (conn->calls == NULL && !h2o_timeout_is_linked(&conn->guard_entry))
         h2o_timeout_link(conn->loop->evloop, &conn->loop->idle, &conn->guard_entry);
@@ -782,7 +800,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     }
     if (frame->hd.type == NGHTTP2_RST_STREAM && reset_flood(conn)) {
         echod_debug("connection: over transport.max_resets_per_second, closing");
-        nghttp2_session_terminate_session(session, NGHTTP2_ENHANCE_YOUR_CALM); /* the rest of the input is ignored */
+        terminate(conn, NGHTTP2_ENHANCE_YOUR_CALM, ECHOD_CLOSE_RESET_FLOOD); /* the rest of the input is ignored */
         return 0;
     }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
@@ -901,8 +919,9 @@ static void on_read_held(echod_conn_t *conn, h2o_socket_t *sock, const char *err
          * it); not for a bad preface or FLOODED (SETTINGS/PING acks piling up), where a session still
          * wanting to read would keep this read-stopped connection open forever. */
         echod_debug("connection: nghttp2_session_mem_recv: %s", nghttp2_strerror((int)rv));
-        nghttp2_session_terminate_session(conn->ngh, rv == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM
-                                                                               : NGHTTP2_PROTOCOL_ERROR);
+        int flood = rv == NGHTTP2_ERR_FLOODED || rv == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS;
+        terminate(conn, flood ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR,
+                  flood ? ECHOD_CLOSE_FLOOD : ECHOD_CLOSE_PROTOCOL_ERROR);
         h2o_buffer_consume(&sock->input, sock->input->size);
         h2o_socket_read_stop(sock);
         echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_READ_COMPLETE);

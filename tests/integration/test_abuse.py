@@ -279,6 +279,12 @@ class Base(unittest.TestCase):
 RESETS = 200  # transport.max_resets_per_second of this class's daemon
 
 
+def closed_delta(reason, before, after):
+    """echod_connections_closed_total{reason} between two scrapes."""
+    return (after.metric("echod_connections_closed_total", reason=reason)
+            - before.metric("echod_connections_closed_total", reason=reason))
+
+
 class H2Abuse(Base):
     SETS = ["transport.max_resets_per_second=%d" % RESETS, "transport.max_concurrent_streams=8"]
 
@@ -318,6 +324,7 @@ class H2Abuse(Base):
         sys.stderr.write("\n  rapid reset: %d HEADERS+RST_STREAM pairs sent in %.2fs; GOAWAY(%d) after "
                          "stream %d (%d streams processed, bound %d)\n"
                          % (sent, elapsed, ga[1], ga[0], processed, bound))
+        self.assertEqual(closed_delta("reset_flood", before, after), 1)
         self.assert_serves()
 
     def test_resets_below_the_rate_are_fine(self):
@@ -336,6 +343,7 @@ class H2Abuse(Base):
         """HEADERS without END_HEADERS, then CONTINUATION frames without end: the connection is
         closed after a few, with bounded memory."""
         base = rss(self.d)
+        before = self.d.metrics()
         for payload in ("literal", "empty"):
             c = self.raw()
             c.send(frame(HEADERS, 0, 1, c.enc.encode(request_headers(UNARY))))
@@ -352,6 +360,7 @@ class H2Abuse(Base):
             self.assertNotEqual(ga[1], NO_ERROR, ga)
         grew = rss(self.d) - base
         self.assertLess(grew, 8 * MiB * RSS_SLACK, "RSS grew by %d bytes" % grew)
+        self.d.wait_metrics(lambda m: closed_delta("flood", before, m) == 2, what="2 flood closes counted")
         self.assert_serves()
 
     def test_oversized_header_block(self):
@@ -378,6 +387,7 @@ class H2Abuse(Base):
 
     def _flood(self, one, count, expect_close):
         base = rss(self.d)
+        before = self.d.metrics()
         c = self.raw(tcp_rcvbuf=4096)
         c.wait(lambda: any(t == SETTINGS for t, _, _, _ in c.frames), what="SETTINGS")
         batch = one * 256
@@ -392,6 +402,7 @@ class H2Abuse(Base):
             ga = c.goaway()
             if ga is not None:  # the GOAWAY may be lost in the reset of a socket with unread data
                 self.assertEqual(ga[1], ENHANCE_YOUR_CALM, ga)
+            self.d.wait_metrics(lambda m: closed_delta("flood", before, m) == 1, what="the flood close counted")
         grew = rss(self.d) - base
         sys.stderr.write("\n  flood of %d %s frames: closed=%s, RSS +%.1f MiB\n"
                          % (sent, ["DATA", "HEADERS", "PRIORITY", "RST", "SETTINGS", "PUSH", "PING",
@@ -496,6 +507,7 @@ class H2Abuse(Base):
                  b"PRI * HTTP/1.1\r\n\r\nSM\r\n\r\n", PREFACE[:10], PREFACE + b"\x00" * 3,
                  PREFACE + frame(PING, 0, 0, b"12345678"),  # the first frame must be SETTINGS
                  b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 200]  # a TLS ClientHello
+        before = self.d.metrics()
         for data in cases:
             with self.subTest(data[:24]):
                 c = self.raw(preface=False)
@@ -504,6 +516,10 @@ class H2Abuse(Base):
                     c.sock.shutdown(socket.SHUT_WR)
                 self.assertTrue(c.wait_closed(10), "bad preface %r left open: %s" % (data[:24], c.summary()))
                 c.close()
+        # the four wrong prefaces and the TLS ClientHello at least; a truncated preface (the peer
+        # leaves first) and one followed by half a frame header are not errors yet
+        self.d.wait_metrics(lambda m: closed_delta("protocol_error", before, m) >= 4,
+                            what="protocol_error closes for the bad prefaces")
         self.assert_serves()
 
     def test_garbage_bytes(self):
@@ -759,8 +775,7 @@ class Slowloris(Base):
     SETS = ["transport.handshake_timeout=2s", "transport.idle_timeout=1500ms"]
 
     def closed_by(self, reason, before, after):
-        return (after.metric("echod_connections_closed_total", reason=reason)
-                - before.metric("echod_connections_closed_total", reason=reason))
+        return closed_delta(reason, before, after)
 
     def test_one_byte_per_second(self):
         """The preface one byte a second: closed at handshake_timeout, counted."""
