@@ -15,108 +15,9 @@ if (!fs.existsSync(path.join(here, 'node_modules', '@grpc', 'grpc-js'))) {
   process.exit(77);
 }
 
-const { spawn } = require('child_process');
-const http = require('http');
-const net = require('net');
-const os = require('os');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
-
-const ROOT = process.env.ECHOD_SOURCE_ROOT || path.resolve(here, '..', '..');
-const ECHOD_BIN = process.env.ECHOD_BIN || path.join(ROOT, 'build', 'daemon', 'echod');
-const SLOW = process.env.ECHOD_SANITIZER ? 4 : 1;
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-function httpGet(port, urlPath) {
-  return new Promise((resolve, reject) => {
-    const req = http.get({ host: '127.0.0.1', port, path: urlPath, timeout: 2000 }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c) => { body += c; });
-      res.on('end', () => resolve({ status: res.statusCode, body }));
-    });
-    req.on('timeout', () => req.destroy(new Error('timeout')));
-    req.on('error', reject);
-  });
-}
-
-function tcpConnect(port) {
-  return new Promise((resolve) => {
-    const s = net.connect(port, '127.0.0.1');
-    s.on('connect', () => { s.destroy(); resolve(true); });
-    s.on('error', () => resolve(false));
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-class Daemon {
-  async start() {
-    this.grpcPort = await freePort();
-    this.adminPort = await freePort();
-    this.logPath = path.join(os.tmpdir(), `echod-grpcjs-${process.pid}.log`);
-    const log = fs.openSync(this.logPath, 'w');
-    this.proc = spawn(ECHOD_BIN, [
-      '--set', `listen.grpc=127.0.0.1:${this.grpcPort}`,
-      '--set', `listen.admin=127.0.0.1:${this.adminPort}`,
-    ], { cwd: ROOT, stdio: ['ignore', log, log] });
-    fs.closeSync(log);
-    this.exited = null;
-    this.proc.on('exit', (code, signal) => { this.exited = { code, signal }; });
-    const deadline = Date.now() + 20000 * SLOW;
-    while (Date.now() < deadline) {
-      if (this.exited) throw new Error(`echod exited early: ${JSON.stringify(this.exited)}\n${this.log()}`);
-      try {
-        const r = await httpGet(this.adminPort, '/healthz');
-        if (r.status === 200 && await tcpConnect(this.grpcPort)) return this;
-      } catch (e) { /* not up yet */ }
-      await sleep(20);
-    }
-    throw new Error(`echod not ready\n${this.log()}`);
-  }
-
-  log() {
-    try { return fs.readFileSync(this.logPath, 'utf8'); } catch (e) { return ''; }
-  }
-
-  async stop() {
-    if (!this.exited) {
-      this.proc.kill('SIGTERM');
-      const deadline = Date.now() + 30000 * SLOW;
-      while (!this.exited && Date.now() < deadline) await sleep(20);
-      if (!this.exited) {
-        this.proc.kill('SIGKILL');
-        throw new Error(`echod did not exit after SIGTERM\n${this.log()}`);
-      }
-    }
-    const text = this.log();
-    if (this.exited.code !== 0 || /Sanitizer|runtime error:/.test(text)) {
-      throw new Error(`echod exited with ${JSON.stringify(this.exited)}\n${text}`);
-    }
-  }
-
-  async metric(name, labels) {
-    const r = await httpGet(this.adminPort, '/metrics');
-    let sum = 0;
-    for (const line of r.body.split('\n')) {
-      if (!line.startsWith(name + '{') && !line.startsWith(name + ' ')) continue;
-      if (labels && !Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue;
-      sum += Number(line.trim().split(/\s+/).pop());
-    }
-    return sum;
-  }
-}
+const { Daemon, ROOT, SLOW, sleep } = require('./daemon');
 
 function loadEcho() {
   const def = protoLoader.loadSync(path.join(ROOT, 'proto', 'echo.proto'), {
@@ -196,7 +97,7 @@ test('bidi 1000 messages in order', async ({ client }) => {
 });
 
 test('unknown method is UNIMPLEMENTED', async ({ daemon }) => {
-  const c = new grpc.Client(`127.0.0.1:${daemon.grpcPort}`, grpc.credentials.createInsecure());
+  const c = new grpc.Client(daemon.target, grpc.credentials.createInsecure());
   try {
     const err = await new Promise((resolve) => {
       c.makeUnaryRequest('/grpc.examples.echo.Echo/Nope', (x) => x, (x) => x, Buffer.alloc(0),
@@ -230,9 +131,9 @@ async function main() {
   let daemon;
   let client;
   try {
-    daemon = await new Daemon().start();
+    daemon = await new Daemon('grpcjs').start();
     const Echo = loadEcho();
-    client = new Echo(`127.0.0.1:${daemon.grpcPort}`, grpc.credentials.createInsecure());
+    client = new Echo(daemon.target, grpc.credentials.createInsecure());
     for (const t of tests) {
       try {
         await t.fn({ client, daemon });

@@ -18,16 +18,10 @@ for (const pkg of [['@grpc', 'grpc-js'], ['grpc-js-reflection-client']]) {
   }
 }
 
-const { spawn } = require('child_process');
-const http = require('http');
-const net = require('net');
-const os = require('os');
 const grpc = require('@grpc/grpc-js');
 const { GrpcReflection } = require('grpc-js-reflection-client');
+const { Daemon, SLOW } = require('./daemon');
 
-const ROOT = process.env.ECHOD_SOURCE_ROOT || path.resolve(here, '..', '..');
-const ECHOD_BIN = process.env.ECHOD_BIN || path.join(ROOT, 'build', 'daemon', 'echod');
-const SLOW = process.env.ECHOD_SANITIZER ? 4 : 1;
 const SERVED = [
   'grpc.examples.echo.Echo',
   'grpc.health.v1.Health',
@@ -35,88 +29,6 @@ const SERVED = [
   'grpc.reflection.v1alpha.ServerReflection',
   'grpc.testing.BenchmarkService',
 ];
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-function httpGet(port, urlPath) {
-  return new Promise((resolve, reject) => {
-    const req = http.get({ host: '127.0.0.1', port, path: urlPath, timeout: 2000 }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode));
-    });
-    req.on('timeout', () => req.destroy(new Error('timeout')));
-    req.on('error', reject);
-  });
-}
-
-function tcpConnect(port) {
-  return new Promise((resolve) => {
-    const s = net.connect(port, '127.0.0.1');
-    s.on('connect', () => { s.destroy(); resolve(true); });
-    s.on('error', () => resolve(false));
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-class Daemon {
-  async start() {
-    this.grpcPort = await freePort();
-    this.adminPort = await freePort();
-    this.logPath = path.join(os.tmpdir(), `echod-reflection-${process.pid}.log`);
-    const log = fs.openSync(this.logPath, 'w');
-    this.proc = spawn(ECHOD_BIN, [
-      '--set', `listen.grpc=127.0.0.1:${this.grpcPort}`,
-      '--set', `listen.admin=127.0.0.1:${this.adminPort}`,
-    ], { cwd: ROOT, stdio: ['ignore', log, log] });
-    fs.closeSync(log);
-    this.exited = null;
-    this.proc.on('exit', (code, signal) => { this.exited = { code, signal }; });
-    const until = Date.now() + 20000 * SLOW;
-    while (Date.now() < until) {
-      if (this.exited) throw new Error(`echod exited early: ${JSON.stringify(this.exited)}\n${this.log()}`);
-      try {
-        if (await httpGet(this.adminPort, '/healthz') === 200 && await tcpConnect(this.grpcPort)) return this;
-      } catch (e) { /* not up yet */ }
-      await sleep(20);
-    }
-    throw new Error(`echod not ready\n${this.log()}`);
-  }
-
-  get target() {
-    return `127.0.0.1:${this.grpcPort}`;
-  }
-
-  log() {
-    try { return fs.readFileSync(this.logPath, 'utf8'); } catch (e) { return ''; }
-  }
-
-  async stop() {
-    if (!this.exited) {
-      this.proc.kill('SIGTERM');
-      const until = Date.now() + 30000 * SLOW;
-      while (!this.exited && Date.now() < until) await sleep(20);
-      if (!this.exited) {
-        this.proc.kill('SIGKILL');
-        throw new Error(`echod did not exit after SIGTERM\n${this.log()}`);
-      }
-    }
-    const text = this.log();
-    if (this.exited.code !== 0 || /Sanitizer|runtime error:/.test(text)) {
-      throw new Error(`echod exited with ${JSON.stringify(this.exited)}\n${text}`);
-    }
-  }
-}
 
 function deadline(seconds) {
   return new Date(Date.now() + seconds * 1000 * SLOW);
@@ -224,7 +136,7 @@ async function main() {
   let failed = 0;
   let daemon;
   try {
-    daemon = await new Daemon().start();
+    daemon = await new Daemon('reflection').start();
     for (const t of tests) {
       try {
         await t.fn({ daemon });
