@@ -23,7 +23,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 import urllib.error
@@ -480,6 +479,37 @@ class EchoStub:
         self.ServerStreamingEcho = channel.unary_stream(SERVER_STREAMING, **kw)
         self.ClientStreamingEcho = channel.stream_unary(CLIENT_STREAMING, **kw)
         self.BidirectionalStreamingEcho = channel.stream_stream(BIDI, **kw)
+
+
+class DaemonTestCase(unittest.TestCase):
+    """One daemon for the whole class, in cls.d, stopped (and checked) after its last test.
+    Override start_daemon() to configure it."""
+
+    @classmethod
+    def start_daemon(cls):
+        return Daemon().start()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = cls.start_daemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.d.stop()
+        finally:
+            cls.d.cleanup()
+
+
+class EchoTestCase(DaemonTestCase):
+    """A DaemonTestCase whose every test has its own grpcio channel and Echo stub."""
+
+    def setUp(self):
+        self.channel = self.d.channel()
+        self.stub = EchoStub(self.channel)
+
+    def tearDown(self):
+        self.channel.close()
 
 
 def bidi_roundtrip(stub, count, prefix="m", timeout=60.0):

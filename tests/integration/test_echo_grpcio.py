@@ -12,32 +12,14 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc  # noqa: E402
 
-from echod_harness import (SERVICE, SLOW, STEPS, MERGED_STEPS, Daemon, EchoStub,  # noqa: E402
+from echod_harness import (EchoTestCase, SERVICE, SLOW, STEPS, MERGED_STEPS, Daemon, EchoStub,  # noqa: E402
                            bidi_roundtrip, main)
 
 T = 30.0 * SLOW  # per-call timeout
 
 
-class EchoMethods(unittest.TestCase):
+class EchoMethods(EchoTestCase):
     """One daemon for the class; each test uses its own channel."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.d = Daemon().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.d.stop()
-        finally:
-            cls.d.cleanup()
-
-    def setUp(self):
-        self.channel = self.d.channel()
-        self.stub = EchoStub(self.channel)
-
-    def tearDown(self):
-        self.channel.close()
 
     def test_unary(self):
         self.assertEqual(self.stub.UnaryEcho("hello", timeout=T), "hello")

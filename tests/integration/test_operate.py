@@ -18,7 +18,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc  # noqa: E402
 
-from echod_harness import (BIDI, SERVICE, SLOW, UNARY, Daemon, EchoStub, main,  # noqa: E402
+from echod_harness import (EchoTestCase, BIDI, SERVICE, SLOW, UNARY, Daemon, EchoStub, main,  # noqa: E402
                            metric_delta, pb_encode)
 
 T = 30.0 * SLOW  # per-call timeout
@@ -84,26 +84,8 @@ def rpc_error(fn, *args, **kw):
 # ---------------------------------------------------------------------------------------------
 
 
-class Work(unittest.TestCase):
+class Work(EchoTestCase):
     """The echod-* work knobs as request metadata, on one default (direct) daemon."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.d = Daemon().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.d.stop()
-        finally:
-            cls.d.cleanup()
-
-    def setUp(self):
-        self.channel = self.d.channel()
-        self.stub = EchoStub(self.channel)
-
-    def tearDown(self):
-        self.channel.close()
 
     # -- echod-response-bytes
 

@@ -12,12 +12,11 @@ import socket
 import struct
 import sys
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc  # noqa: E402
 
-from echod_harness import (BIDI, CLIENT_STREAMING, SERVER_STREAMING, SLOW, UNARY,  # noqa: E402
+from echod_harness import (DaemonTestCase, BIDI, CLIENT_STREAMING, SERVER_STREAMING, SLOW, UNARY,  # noqa: E402
                            Daemon, EchoStub, grpc_frame, pb_encode, main)
 
 LIMIT = 1024  # transport.max_receive_message_bytes for this file's daemon
@@ -30,19 +29,12 @@ def raw_frame(ftype, flags, sid, payload):
     return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", sid) + payload
 
 
-class Base(unittest.TestCase):
+class Base(DaemonTestCase):
     SETS = ["transport.max_receive_message_bytes=%d" % LIMIT]
 
     @classmethod
-    def setUpClass(cls):
-        cls.d = Daemon(sets=cls.SETS).start()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.d.stop()
-        finally:
-            cls.d.cleanup()
+    def start_daemon(cls):
+        return Daemon(sets=cls.SETS).start()
 
     def setUp(self):
         self.c = self.d.h2()

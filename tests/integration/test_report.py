@@ -115,6 +115,9 @@ def write_arm(path, arm, ms, steps):
 
 
 def run_report(args, out):
+    """deploy/report --out OUT ARGS, plots only with python3-matplotlib: (report.json, .md, proc)."""
+    if not have_matplotlib():
+        args = ["--no-plots"] + args
     p = subprocess.run([PY, REPORT, "--out", out] + args, capture_output=True, text=True,
                        timeout=120 * SLOW, cwd=ROOT)
     if p.returncode != 0:
@@ -127,7 +130,19 @@ def run_report(args, out):
     return data, md, p
 
 
-class Synthesized(unittest.TestCase):
+class PlotsChecked:
+    """Mixed into a TestCase whose report is in cls.out: both plots are there (with matplotlib)."""
+
+    def test_plots(self):
+        if not have_matplotlib():
+            self.skipTest("python3-matplotlib not installed: no plots")
+        for name in ("p99-vs-offered.png", "goodput-vs-offered.png"):
+            w, h = png_size(os.path.join(self.out, name))
+            self.assertGreater(w, 300)
+            self.assertGreater(h, 200)
+
+
+class Synthesized(PlotsChecked, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="report-test-")
@@ -157,8 +172,6 @@ class Synthesized(unittest.TestCase):
                 "alpha=%s,%s" % (os.path.join(t, "before.prom"), os.path.join(t, "after.prom")),
                 os.path.join(t, "alpha.csv"), os.path.join(t, "beta.csv"),
                 os.path.join(t, "bench.json")]
-        if not have_matplotlib():
-            args.insert(0, "--no-plots")
         cls.data, cls.md, _ = run_report(args, cls.out)
 
     @classmethod
@@ -212,14 +225,6 @@ class Synthesized(unittest.TestCase):
         self.assertIn("| beta | unary-ramp | 300 | p99 198 ms > 150 ms |", self.md)
         self.assertIn("| gamma | bench/arms | not reached | - | 50000 |", self.md)
 
-    def test_plots(self):
-        if not have_matplotlib():
-            self.skipTest("python3-matplotlib not installed: no plots")
-        for name in ("p99-vs-offered.png", "goodput-vs-offered.png"):
-            w, h = png_size(os.path.join(self.out, name))
-            self.assertGreater(w, 300)
-            self.assertGreater(h, 200)
-
     def test_bad_input_is_refused(self):
         bad = os.path.join(self.tmp, "bad.csv")
         with open(bad, "w") as f:
@@ -246,7 +251,7 @@ def scrape(d, path):
 
 
 @unittest.skipIf(node_ready(), "live run through the k6 shim skipped: %s" % node_ready())
-class LiveShimRun(unittest.TestCase):
+class LiveShimRun(PlotsChecked, unittest.TestCase):
     """Two arms, each driven by two shims (execution segments 0:1/2 and 1/2:1) through a
     20 -> 40 calls/s ramp of 2 s steps."""
 
@@ -318,10 +323,7 @@ class LiveShimRun(unittest.TestCase):
                 d.kill()
                 d.cleanup()
         cls.out = os.path.join(cls.tmp, "out")
-        args = cls.metrics + cls.inputs
-        if not have_matplotlib():
-            args.insert(0, "--no-plots")
-        cls.data, cls.md, _ = run_report(args, cls.out)
+        cls.data, cls.md, _ = run_report(cls.metrics + cls.inputs, cls.out)
 
     @classmethod
     def tearDownClass(cls):
@@ -366,13 +368,6 @@ class LiveShimRun(unittest.TestCase):
                     self.assertIsNotNone(s["server_p99_us"], "echod-timing recorded")
                 self.assertGreater(self.data["arms"][arm]["cpu_us_per_call"], 0)
                 self.assertIn("| %s | unary-ramp |" % arm, self.md)
-
-    def test_plots(self):
-        if not have_matplotlib():
-            self.skipTest("python3-matplotlib not installed: no plots")
-        for name in ("p99-vs-offered.png", "goodput-vs-offered.png"):
-            w, h = png_size(os.path.join(self.out, name))
-            self.assertGreater(w, 300)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from echod_harness import (ROOT, SLOW, Daemon, EchoStub, free_port, main,  # noqa: E402
+from echod_harness import (DaemonTestCase, ROOT, SLOW, Daemon, EchoStub, free_port, main,  # noqa: E402
                            metric_delta)
 
 T = 30.0 * SLOW
@@ -98,17 +98,10 @@ def raw_exchange(port, data, timeout=10.0):
         s.close()
 
 
-class RestArm(unittest.TestCase):
+class RestArm(DaemonTestCase):
     @classmethod
-    def setUpClass(cls):
-        cls.d = RestDaemon().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.d.stop()
-        finally:
-            cls.d.cleanup()
+    def start_daemon(cls):
+        return RestDaemon().start()
 
     def setUp(self):
         self.conn = self.d.http()

@@ -19,7 +19,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc  # noqa: E402
 
-from echod_harness import ROOT, SANITIZER, SERVICE, SLOW, Daemon, EchoStub, main  # noqa: E402
+from echod_harness import DaemonTestCase, ROOT, SANITIZER, SERVICE, SLOW, Daemon, EchoStub, main  # noqa: E402
 
 T = 30.0 * SLOW  # per-call timeout
 GRPC_PROTO = os.environ.get("ECHOD_GRPC_PROTO_DIR", "/usr/share/grpc-proto")
@@ -91,18 +91,11 @@ def drain_hook_wired():
         return False
 
 
-class Health(unittest.TestCase):
+class Health(DaemonTestCase):
     @classmethod
     def setUpClass(cls):
         cls.s = stubs()
-        cls.d = Daemon().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.d.stop()
-        finally:
-            cls.d.cleanup()
+        super().setUpClass()
 
     def setUp(self):
         self.channel = self.d.channel()
@@ -221,20 +214,13 @@ class HealthDrain(unittest.TestCase):
         self._watch_through_sigterm("fixed")
 
 
-class Reflection(unittest.TestCase):
+class Reflection(DaemonTestCase):
     """grpcio-reflection's protocol driven by hand with the generated stubs, v1 and v1alpha."""
 
     @classmethod
     def setUpClass(cls):
         cls.s = stubs()
-        cls.d = Daemon().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.d.stop()
-        finally:
-            cls.d.cleanup()
+        super().setUpClass()
 
     def setUp(self):
         self.channel = self.d.channel()

@@ -11,12 +11,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc  # noqa: E402
 
-from echod_harness import (BIDI, SLOW, Daemon, EchoStub, H2Client, bidi_roundtrip,  # noqa: E402
+from echod_harness import (DaemonTestCase, BIDI, SLOW, Daemon, EchoStub, H2Client, bidi_roundtrip,  # noqa: E402
                            main, tls_client_context)
 
 T = 30 * SLOW
@@ -33,19 +32,18 @@ def make_cert(directory):
     return cert, key
 
 
-class TLS(unittest.TestCase):
+class TLS(DaemonTestCase):
     @classmethod
-    def setUpClass(cls):
+    def start_daemon(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="echod-tls-")
         cls.cert, cls.key = make_cert(cls.tmp.name)
-        cls.d = Daemon(tls=(cls.cert, cls.key)).start()
+        return Daemon(tls=(cls.cert, cls.key)).start()
 
     @classmethod
     def tearDownClass(cls):
         try:
-            cls.d.stop()
+            super().tearDownClass()
         finally:
-            cls.d.cleanup()
             cls.tmp.cleanup()
 
     def test_grpcio_all_methods(self):
