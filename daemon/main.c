@@ -169,11 +169,7 @@ int main(int argc, char **argv)
         return EXIT_CONFIG;
     }
     if (echod_dispatcher_init(&server.dispatcher, &cfg, &server.registry, err, sizeof(err)) != 0) {
-        /* a thread the system refused: name the keys that ask for threads */
-        const char *hint = strstr(err, "starting thread") != NULL
-                               ? "; lower executor.threads (or per_method threads) or raise the limit (ulimit -u)"
-                               : "";
-        fprintf(stderr, "echod: %s%s\n", err, hint);
+        fprintf(stderr, "echod: %s\n", err);
         echod_admin_stop(admin);
         return EXIT_CONFIG;
     }

@@ -19,6 +19,11 @@ static void serializer_release(echod_serializer_t *s)
     echod_call_release((echod_call_t *)((char *)s - offsetof(echod_call_t, serializer)));
 }
 
+static int on_own_loop(echod_call_t *call)
+{
+    return echod_loop_current() == call->loop;
+}
+
 echod_call_t *echod_call_new(echod_server_t *server, echod_loop_t *loop, echod_conn_t *conn, int32_t stream_id)
 {
     /* from the loop's pool: glibc's calloc skips its thread cache (-270 instructions per call) */
@@ -68,7 +73,7 @@ void echod_call_release(echod_call_t *call)
     echod_loop_t *loop = call->loop;
     echod_conn_release(call->conn);
     atomic_fetch_sub_explicit(&echod_metrics.calls_in_flight, 1, memory_order_relaxed);
-    if (echod_loop_current() == loop)
+    if (on_own_loop(call))
         echod_pool_free(&loop->pool, call);
     else
         echod_pool_free_foreign(call); /* a worker had the last reference */
@@ -135,8 +140,8 @@ static void do_message(echod_call_t *call, echod_msg_t *msg)
     /* clock reads are a visible share of a call: share them with the step's (timing on) */
     uint64_t t0 = call->step_started_ns != 0 ? call->step_started_ns : echod_now_ns();
     call->method->on_message(call, msg);
-    call->msg_done_ns = echod_now_ns();
-    echod_histogram_observe(&mm->msg_handling, (call->msg_done_ns - t0) / 1000);
+    call->step_ended_ns = echod_now_ns(); /* step_run takes it as the step's end */
+    echod_histogram_observe(&mm->msg_handling, (call->step_ended_ns - t0) / 1000);
 }
 
 static void do_half_close(echod_call_t *call)
@@ -168,7 +173,7 @@ static void step_run(echod_step_t *step)
     uint64_t submitted = cs->submitted_ns;
     if (!cs->on_stack)
         free(cs);
-    if (echod_loop_current() == call->loop)
+    if (on_own_loop(call))
         ECHOD_COUNT(echod_metrics.step_runs_loop);
     else
         ECHOD_COUNT(echod_metrics.step_runs_worker);
@@ -180,13 +185,13 @@ static void step_run(echod_step_t *step)
         if (call->step_started_ns > ready)
             call->queue_ns += call->step_started_ns - ready;
     }
-    call->msg_done_ns = 0;
+    call->step_ended_ns = 0; /* read above; do_message sets it when its handler returns */
     run_step(call, kind, msg);
     /* the serializer holds a reference while a step runs, so the call is still here */
     if (submitted != 0 && kind != ECHOD_STEP_CLOSED) {
-        /* a message step ends when its handler did (do_message read the clock then) */
-        call->step_ended_ns =
-            kind == ECHOD_STEP_MESSAGES_AVAILABLE && call->msg_done_ns != 0 ? call->msg_done_ns : echod_now_ns();
+        /* a message step ends when its handler did: do_message read the clock then */
+        if (kind != ECHOD_STEP_MESSAGES_AVAILABLE || call->step_ended_ns == 0)
+            call->step_ended_ns = echod_now_ns();
         call->handler_ns += call->step_ended_ns - call->step_started_ns;
         call->step_started_ns = 0;
     }
@@ -441,11 +446,6 @@ static void format_timing(char *dst, uint64_t queue_us, uint64_t handler_us, uin
     memcpy(p, "us;total=", 9);
     p = put_u64(p + 9, total_us);
     memcpy(p, "us", 3);
-}
-
-static int on_own_loop(echod_call_t *call)
-{
-    return echod_loop_current() == call->loop;
 }
 
 void echod_call_request(echod_call_t *call, uint32_t n)

@@ -55,7 +55,6 @@ struct echod_call {
     atomic_int handler_started; /* start_call ran: a deadline after this was not "expired in queue" */
     /* Server timing (telemetry.timing_trailer): steps add to these inside the serializer. */
     uint64_t queue_ns, handler_ns, step_started_ns, step_ended_ns;
-    uint64_t msg_done_ns; /* when the last on_message of the running step returned, 0 = none */
     echod_serializer_t serializer;
 
     struct {

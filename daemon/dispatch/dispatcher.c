@@ -1,3 +1,4 @@
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,10 +40,7 @@ int echod_dispatcher_init(echod_dispatcher_t *d, const echod_config_t *cfg, cons
     for (size_t i = 0; i != cfg->dispatch.per_method_count; i++) {
         const echod_per_method_t *pm = &cfg->dispatch.per_method[i];
         const echod_method_t *m = echod_registry_find(reg, pm->method, strlen(pm->method));
-        if (m == NULL) {
-            snprintf(err, errlen, "%s: dispatch.per_method: no such method \"%s\"", cfg->source, pm->method);
-            return -1;
-        }
+        assert(m != NULL); /* echod_registry_check_config refused unknown paths before */
         snprintf(name, sizeof(name), "echod-pm%zu", i);
         echod_method_exec_t *me = &d->per_method[d->per_method_count];
         if ((me->exec = echod_exec_create(&pm->exec, name, err, errlen)) == NULL)

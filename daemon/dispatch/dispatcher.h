@@ -30,7 +30,8 @@ typedef struct echod_dispatcher {
     echod_ser_mode_t mode; /* the wrapper every call starts with */
 } echod_dispatcher_t;
 
-/* Starts the executors. Returns -1 with err filled (unknown method, thread creation failed). */
+/* Starts the executors; every per_method path must be served (echod_registry_check_config). Returns
+ * -1 with err filled when a thread cannot be started. */
 int echod_dispatcher_init(echod_dispatcher_t *d, const echod_config_t *cfg, const echod_registry_t *reg, char *err,
                           size_t errlen);
 

@@ -180,7 +180,7 @@ echod_exec_t *echod_exec__fixed_create(const char *name, unsigned threads, char 
         workers[i].index = i;
         int ret = echod_exec__start_thread(&workers[i].tid, worker_main, &workers[i]);
         if (ret != 0) {
-            echod_exec__set_err(err, errlen, "executor fixed: starting thread %u of %u: %s", i + 1, threads,
+            echod_exec__set_err(err, errlen, "executor fixed: starting thread %u of %u: %s" THREAD_HINT, i + 1, threads,
                                 strerror(ret));
             shutdown_and_free(f, i);
             return NULL;

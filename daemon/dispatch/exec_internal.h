@@ -18,6 +18,9 @@
 #include "dispatch/exec.h"
 #include "util/clock.h"
 
+/* Appended to a "starting thread" error: the keys that ask for threads, and the system limit. */
+#define THREAD_HINT "; lower executor.threads (or per_method threads) or raise the limit (ulimit -u)"
+
 /* Per-mode behaviour behind the public calls; direct has none (it never leaves exec.c). */
 typedef struct echod_exec_ops {
     /* enqueued_ns is already stamped; the stop assertion already made. */

@@ -348,8 +348,8 @@ echod_exec_t *echod_exec__workstealing_create(const char *name, unsigned threads
     for (unsigned i = 0; i < threads; i++) {
         int ret = echod_exec__start_thread(&carriers[i].tid, carrier_main, &carriers[i]);
         if (ret != 0) {
-            echod_exec__set_err(err, errlen, "executor workstealing: starting thread %u of %u: %s", i + 1, threads,
-                                strerror(ret));
+            echod_exec__set_err(err, errlen, "executor workstealing: starting thread %u of %u: %s" THREAD_HINT, i + 1,
+                                threads, strerror(ret));
             shutdown_and_free(ws, i);
             return NULL;
         }

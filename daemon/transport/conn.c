@@ -231,8 +231,11 @@ static void on_guard(h2o_timeout_entry_t *entry)
     echod_conn_release(conn);
 }
 
-/* After the GOAWAY notice the guard timer waits for the PING ack (the idle timer has no use then). */
-static void arm_goaway_ping_timeout(echod_conn_t *conn)
+/*
+ * The guard timer as a last-chance deadline: after the GOAWAY notice it waits for the PING ack,
+ * after a terminated session for the GOAWAY to leave (the idle timer has no use then).
+ */
+static void arm_guard_deadline(echod_conn_t *conn)
 {
     h2o_timeout_unlink(&conn->guard_entry);
     echod_loop_link_deadline(conn->loop, &conn->guard_entry, h2o_now(conn->loop->evloop) + GOAWAY_PING_TIMEOUT_MS);
@@ -248,8 +251,7 @@ static void terminate(echod_conn_t *conn, uint32_t code, echod_close_reason_t re
     ECHOD_COUNT(echod_metrics.connections_closed[reason]);
     nghttp2_session_terminate_session(conn->ngh, code);
     conn->terminated = 1;
-    h2o_timeout_unlink(&conn->guard_entry);
-    echod_loop_link_deadline(conn->loop, &conn->guard_entry, h2o_now(conn->loop->evloop) + GOAWAY_PING_TIMEOUT_MS);
+    arm_guard_deadline(conn);
 }
 
 /* Idle means no open stream: the timer runs only while conn->calls is empty. */
@@ -378,16 +380,18 @@ static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t
         (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NO_INDEX                             \
     }
 
-/* grpc-status values by code (codes above 16 are sent as UNKNOWN) */
-static const char *const status_codes[32] = {"0",  "1",  "2",  "3",  "4",  "5",  "6", "7", "8", "9", "10",
-                                             "11", "12", "13", "14", "15", "16", "2", "2", "2", "2", "2",
-                                             "2",  "2",  "2",  "2",  "2",  "2",  "2", "2", "2", "2"};
+/* grpc-status values by code; a code outside 0..16 is sent as UNKNOWN */
+static const char *status_code_str(int code)
+{
+    static const char *const codes[] = {"0", "1",  "2",  "3",  "4",  "5",  "6",  "7", "8",
+                                        "9", "10", "11", "12", "13", "14", "15", "16"};
+    return code >= 0 && code < (int)(sizeof(codes) / sizeof(codes[0])) ? codes[code] : codes[ECHOD_UNKNOWN];
+}
 
 /* grpc-status, grpc-message and echod-timing: at most 3 entries. */
-static void status_nv(echod_call_t *call, nghttp2_nv *nv, size_t *n, char *code_buf, char *msg_buf, size_t msg_cap)
+static void status_nv(echod_call_t *call, nghttp2_nv *nv, size_t *n, char *msg_buf, size_t msg_cap)
 {
-    (void)code_buf;
-    nv[(*n)++] = (nghttp2_nv)NV("grpc-status", status_codes[call->io.status_code & 31]);
+    nv[(*n)++] = (nghttp2_nv)NV("grpc-status", status_code_str(call->io.status_code));
     if (call->io.status_message != NULL && call->io.status_message[0] != '\0') {
         echod_status_encode_message(msg_buf, msg_cap, call->io.status_message);
         nv[(*n)++] = (nghttp2_nv)NV_UNINDEXED("grpc-message", msg_buf);
@@ -413,8 +417,8 @@ static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t
     if (n == call->io.out_queued && call->io.trailers_queued) {
         nghttp2_nv nv[3];
         size_t nvlen = 0;
-        char code[12], msg[512];
-        status_nv(call, nv, &nvlen, code, msg, sizeof(msg));
+        char msg[512];
+        status_nv(call, nv, &nvlen, msg, sizeof(msg));
         *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
         if (nghttp2_submit_trailer(session, stream_id, nv, nvlen) != 0)
             return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -471,9 +475,9 @@ static void submit_headers(echod_call_t *call, int with_data)
     nv[0] = (nghttp2_nv)NV(":status", "200");
     nv[1] = (nghttp2_nv)NV("content-type", "application/grpc");
     size_t n = 2;
-    char code[12], msg[512];
+    char msg[512];
     if (!with_data)
-        status_nv(call, nv, &n, code, msg, sizeof(msg));
+        status_nv(call, nv, &n, msg, sizeof(msg));
     for (const char *p = call->io.hdr.meta; echoed != 0 && p < call->io.hdr.meta + call->io.hdr.meta_len;) {
         size_t nl = strlen(p), vl = strlen(p + nl + 1);
         nv[n++] = (nghttp2_nv){(uint8_t *)p, (uint8_t *)p + nl + 1, nl, vl, NGHTTP2_NV_FLAG_NONE};
@@ -514,7 +518,7 @@ void echod_conn_send_message(echod_call_t *call, echod_msg_t *msg)
  * trailers are followed by RST_STREAM(NO_ERROR) (PROTOCOL-HTTP2 "early server closure"): any
  * other code races the trailers at the client, and grpc-core then reports CANCELLED instead of
  * the status we sent (measured: 5 of 60 grpcio deadline calls with CANCEL, 0 of 200 with NO_ERROR). */
-static void close_stream(echod_call_t *call, int code, const char *message, const char *timing)
+void echod_conn_close_call(echod_call_t *call, int code, const char *message, const char *timing)
 {
     echod_conn_t *conn = call->conn;
     if (conn->closed || call->io.closed || call->io.trailers_queued)
@@ -539,11 +543,6 @@ static void close_stream(echod_call_t *call, int code, const char *message, cons
     }
 }
 
-void echod_conn_close_call(echod_call_t *call, int code, const char *message, const char *timing)
-{
-    close_stream(call, code, message, timing);
-}
-
 void echod_conn_consume(echod_call_t *call, size_t n)
 {
     echod_conn_t *conn = call->conn;
@@ -563,7 +562,7 @@ static void on_deadline(h2o_timeout_entry_t *entry)
     if (!atomic_load_explicit(&call->handler_started, memory_order_acquire))
         ECHOD_COUNT(echod_metrics.deadline_expired_queued);
     atomic_store_explicit(&call->cancelled, 1, memory_order_release);
-    close_stream(call, ECHOD_DEADLINE_EXCEEDED, "Deadline exceeded", NULL);
+    echod_conn_close_call(call, ECHOD_DEADLINE_EXCEEDED, "Deadline exceeded", NULL);
     conn_process(conn);
 }
 
@@ -678,10 +677,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
 static void reject_http(echod_call_t *call, const char *status, const char *message)
 {
     echod_conn_t *conn = call->conn;
-    char code[12];
-    snprintf(code, sizeof(code), "%d", ECHOD_INTERNAL);
-    nghttp2_nv nv[] = {NV(":status", status), NV("content-type", "text/plain; charset=utf-8"), NV("grpc-status", code),
-                       NV("grpc-message", message)};
+    nghttp2_nv nv[] = {NV(":status", status), NV("content-type", "text/plain; charset=utf-8"),
+                       NV("grpc-status", status_code_str(ECHOD_INTERNAL)), NV("grpc-message", message)};
     call->io.rejected = 1;
     call->io.headers_sent = 1;
     call->io.trailers_queued = 1;
@@ -703,9 +700,8 @@ static void request_headers_done(echod_call_t *call)
     }
     if (call->io.hdr.enc_unsupported) {
         static const nghttp2_nv accept = NV("grpc-accept-encoding", "identity");
-        char code[12];
-        snprintf(code, sizeof(code), "%d", ECHOD_UNIMPLEMENTED);
-        nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc"), NV("grpc-status", code),
+        nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
+                           NV("grpc-status", status_code_str(ECHOD_UNIMPLEMENTED)),
                            NV("grpc-message", "Unsupported grpc-encoding: only identity is supported"), accept};
         call->io.rejected = 1;
         call->io.headers_sent = 1;
@@ -735,7 +731,7 @@ static void request_headers_done(echod_call_t *call)
             }
             call->io.started = 1; /* shed before any step: nothing was accepted */
             call->io.rejected = 1;
-            close_stream(call, ECHOD_RESOURCE_EXHAUSTED, "Server at limits.max_calls_in_flight", NULL);
+            echod_conn_close_call(call, ECHOD_RESOURCE_EXHAUSTED, "Server at limits.max_calls_in_flight", NULL);
             return;
         }
         call->admitted = 1;
@@ -750,7 +746,7 @@ static void request_headers_done(echod_call_t *call)
     if (call->io.hdr.timeout_bad) {
         call->io.started = 1; /* no steps: the request never reached a method */
         call->io.rejected = 1;
-        close_stream(call, ECHOD_INTERNAL, "Malformed grpc-timeout header", NULL);
+        echod_conn_close_call(call, ECHOD_INTERNAL, "Malformed grpc-timeout header", NULL);
         return;
     }
     if (call->io.hdr.timeout_ns != 0) {
@@ -789,7 +785,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
         conn->established = 1;
         h2o_timeout_unlink(&conn->guard_entry);
         if (conn->goaway_notice)
-            arm_goaway_ping_timeout(conn);
+            arm_guard_deadline(conn);
         else
             update_idle(conn);
     }
@@ -864,7 +860,7 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
     if (call == NULL)
         return 0;
     call->io.trailers_sent = 1;
-    /* a server that ends before the client did resets the rest of the stream (see close_stream) */
+    /* a server that ends before the client did resets the rest of the stream (see echod_conn_close_call) */
     if (!call->io.end_stream)
         nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
     return 0;
@@ -993,7 +989,7 @@ void echod_conn_goaway(echod_conn_t *conn)
      * send it first, and its ack would prove nothing about the notice */
     nghttp2_submit_shutdown_notice(conn->ngh);
     if (conn->established) /* else the handshake timer still runs, and closes it */
-        arm_goaway_ping_timeout(conn);
+        arm_guard_deadline(conn);
     echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);
 }
 
@@ -1025,7 +1021,7 @@ void echod_conn_cut(echod_conn_t *conn)
         if (call->io.drain_open) /* a max_connection_age grace cut is not a drain cut */
             ECHOD_COUNT(echod_metrics.drain_streams_cut);
         atomic_store_explicit(&call->cancelled, 1, memory_order_release);
-        close_stream(call, ECHOD_UNAVAILABLE, "Server shutting down: shutdown.drain_timeout passed", NULL);
+        echod_conn_close_call(call, ECHOD_UNAVAILABLE, "Server shutting down: shutdown.drain_timeout passed", NULL);
     }
     final_goaway(conn);
     echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);

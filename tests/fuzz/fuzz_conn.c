@@ -65,6 +65,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     echod_metrics_init(&cfg);
     server.cfg = &cfg;
     echod_registry_init(&server.registry);
+    if (echod_registry_check_config(&server.registry, &cfg, err, sizeof(err)) != 0)
+        goto fail;
     if (echod_dispatcher_init(&server.dispatcher, &cfg, &server.registry, err, sizeof(err)) != 0)
         goto fail;
 
