@@ -302,27 +302,26 @@ static void from_client_half_close(echod_call_t *call)
     echod_call_close(call, ECHOD_OK, NULL);
 }
 
-/* one method per block, fields grouped as in echo.c */
+/* one method per block */
 /* clang-format off */
 #define SERVICE "grpc.testing.BenchmarkService"
-#define METHOD(n) .path = "/" SERVICE "/" #n, .service = SERVICE, .name = #n
 
 static const echod_method_t unary_call = {
-    METHOD(UnaryCall), .type = ECHOD_GRPC_UNARY, .on_start = single_start, .on_message = single_message,
+    ECHOD_METHOD(SERVICE, UnaryCall), .type = ECHOD_GRPC_UNARY, .on_start = single_start, .on_message = single_message,
     .on_half_close = unary_half_close, .on_complete = bench_complete};
 static const echod_method_t streaming_call = {
-    METHOD(StreamingCall), .type = ECHOD_GRPC_BIDI_STREAM, .on_start = streaming_start,
+    ECHOD_METHOD(SERVICE, StreamingCall), .type = ECHOD_GRPC_BIDI_STREAM, .on_start = streaming_start,
     .on_message = streaming_message, .on_half_close = streaming_half_close, .on_ready = streaming_ready,
     .on_complete = bench_complete};
 static const echod_method_t from_client = {
-    METHOD(StreamingFromClient), .type = ECHOD_GRPC_CLIENT_STREAM, .on_start = streaming_start,
+    ECHOD_METHOD(SERVICE, StreamingFromClient), .type = ECHOD_GRPC_CLIENT_STREAM, .on_start = streaming_start,
     .on_message = from_client_message, .on_half_close = from_client_half_close, .on_complete = bench_complete};
 static const echod_method_t from_server = {
-    METHOD(StreamingFromServer), .type = ECHOD_GRPC_SERVER_STREAM, .on_start = single_start,
+    ECHOD_METHOD(SERVICE, StreamingFromServer), .type = ECHOD_GRPC_SERVER_STREAM, .on_start = single_start,
     .on_message = single_message, .on_half_close = from_server_half_close, .on_ready = flood,
     .on_complete = bench_complete};
 static const echod_method_t both_ways = {
-    METHOD(StreamingBothWays), .type = ECHOD_GRPC_BIDI_STREAM, .on_start = both_ways_start,
+    ECHOD_METHOD(SERVICE, StreamingBothWays), .type = ECHOD_GRPC_BIDI_STREAM, .on_start = both_ways_start,
     .on_message = both_ways_message, .on_half_close = end_ok, .on_ready = flood, .on_complete = bench_complete};
 
 const echod_method_t *const echod_benchmark_methods[] = {&unary_call, &streaming_call, &from_client, &from_server,

@@ -131,29 +131,35 @@ static void single_start(echod_call_t *call)
     echod_call_request(call, 2);
 }
 
-static void single_message(echod_call_t *call, echod_msg_t *msg)
+/* 1 if msg is the call's request to keep; `held` is the request kept so far, if any */
+static int accept_single(echod_call_t *call, const echod_msg_t *held, echod_msg_t *msg)
 {
-    if (call->h.state != NULL) {
+    if (held != NULL) {
         echod_msg_free(msg);
         echod_call_close(call, ECHOD_INTERNAL, "Too many requests");
-        return;
+        return 0;
     }
-    if (accept_request(call, msg))
-        call->h.state = msg;
+    return accept_request(call, msg);
 }
 
-static echod_msg_t *take_request(echod_call_t *call)
+/* The kept request at half-close; without one the call ends INTERNAL and NULL is returned. */
+static echod_msg_t *take_request(echod_call_t *call, echod_msg_t *held)
 {
-    echod_msg_t *req = call->h.state;
-    call->h.state = NULL;
-    if (req == NULL)
+    if (held == NULL)
         echod_call_close(call, ECHOD_INTERNAL, "Half-closed without a request");
-    return req;
+    return held;
+}
+
+static void single_message(echod_call_t *call, echod_msg_t *msg)
+{
+    if (accept_single(call, call->h.state, msg))
+        call->h.state = msg;
 }
 
 static void unary_half_close(echod_call_t *call)
 {
-    echod_msg_t *req = take_request(call);
+    echod_msg_t *req = take_request(call, call->h.state);
+    call->h.state = NULL;
     if (req == NULL || (req = work_then_reply(call, req)) == NULL)
         return;
     echod_call_send(call, req); /* the request's frame is the response's frame */
@@ -180,18 +186,13 @@ static void server_streaming_start(echod_call_t *call)
         echod_call_close(call, ECHOD_RESOURCE_EXHAUSTED, "Out of memory");
         return;
     }
-    echod_call_request(call, 2);
+    single_start(call);
 }
 
 static void server_streaming_message(echod_call_t *call, echod_msg_t *msg)
 {
     stream_out_t *s = call->h.state;
-    if (s->req != NULL) {
-        echod_msg_free(msg);
-        echod_call_close(call, ECHOD_INTERNAL, "Too many requests");
-        return;
-    }
-    if (accept_request(call, msg))
+    if (accept_single(call, s->req, msg))
         s->req = msg;
 }
 
@@ -214,13 +215,9 @@ static void server_streaming_send(echod_call_t *call)
 static void server_streaming_half_close(echod_call_t *call)
 {
     stream_out_t *s = call->h.state;
-    echod_msg_t *req = s->req;
+    echod_msg_t *req = take_request(call, s->req);
     s->req = NULL;
-    if (req == NULL) {
-        echod_call_close(call, ECHOD_INTERNAL, "Half-closed without a request");
-        return;
-    }
-    if ((s->req = work_then_reply(call, req)) == NULL)
+    if (req == NULL || (s->req = work_then_reply(call, req)) == NULL)
         return;
     s->left = call->server->cfg->echo.server_streaming_count;
     server_streaming_send(call);
@@ -229,8 +226,8 @@ static void server_streaming_half_close(echod_call_t *call)
 static void server_streaming_ready(echod_call_t *call)
 {
     stream_out_t *s = call->h.state;
-    if (s != NULL && s->left != 0)
-        server_streaming_send(call);
+    if (s != NULL)
+        server_streaming_send(call); /* sends nothing before half-close (left is 0) */
 }
 
 static void server_streaming_complete(echod_call_t *call)
@@ -364,41 +361,26 @@ static void bidi_half_close(echod_call_t *call)
     echod_call_close(call, ECHOD_OK, NULL);
 }
 
+/* one method per block */
+/* clang-format off */
 #define SERVICE "grpc.examples.echo.Echo"
 
-static const echod_method_t unary = {.path = "/" SERVICE "/UnaryEcho",
-                                     .service = SERVICE,
-                                     .name = "UnaryEcho",
-                                     .type = ECHOD_GRPC_UNARY,
-                                     .on_start = single_start,
-                                     .on_message = single_message,
-                                     .on_half_close = unary_half_close,
-                                     .on_complete = free_state_msg};
-static const echod_method_t server_streaming = {.path = "/" SERVICE "/ServerStreamingEcho",
-                                                .service = SERVICE,
-                                                .name = "ServerStreamingEcho",
-                                                .type = ECHOD_GRPC_SERVER_STREAM,
-                                                .on_start = server_streaming_start,
-                                                .on_message = server_streaming_message,
-                                                .on_half_close = server_streaming_half_close,
-                                                .on_ready = server_streaming_ready,
-                                                .on_complete = server_streaming_complete};
-static const echod_method_t client_streaming = {.path = "/" SERVICE "/ClientStreamingEcho",
-                                                .service = SERVICE,
-                                                .name = "ClientStreamingEcho",
-                                                .type = ECHOD_GRPC_CLIENT_STREAM,
-                                                .on_start = client_streaming_start,
-                                                .on_message = client_streaming_message,
-                                                .on_half_close = client_streaming_half_close,
-                                                .on_complete = client_streaming_complete};
-static const echod_method_t bidi = {.path = "/" SERVICE "/BidirectionalStreamingEcho",
-                                    .service = SERVICE,
-                                    .name = "BidirectionalStreamingEcho",
-                                    .type = ECHOD_GRPC_BIDI_STREAM,
-                                    .on_start = bidi_start,
-                                    .on_message = bidi_message,
-                                    .on_half_close = bidi_half_close,
-                                    .on_ready = bidi_ready,
-                                    .on_complete = free_state_msg};
+static const echod_method_t unary = {
+    ECHOD_METHOD(SERVICE, UnaryEcho), .type = ECHOD_GRPC_UNARY, .on_start = single_start,
+    .on_message = single_message, .on_half_close = unary_half_close, .on_complete = free_state_msg};
+static const echod_method_t server_streaming = {
+    ECHOD_METHOD(SERVICE, ServerStreamingEcho), .type = ECHOD_GRPC_SERVER_STREAM,
+    .on_start = server_streaming_start, .on_message = server_streaming_message,
+    .on_half_close = server_streaming_half_close, .on_ready = server_streaming_ready,
+    .on_complete = server_streaming_complete};
+static const echod_method_t client_streaming = {
+    ECHOD_METHOD(SERVICE, ClientStreamingEcho), .type = ECHOD_GRPC_CLIENT_STREAM,
+    .on_start = client_streaming_start, .on_message = client_streaming_message,
+    .on_half_close = client_streaming_half_close, .on_complete = client_streaming_complete};
+static const echod_method_t bidi = {
+    ECHOD_METHOD(SERVICE, BidirectionalStreamingEcho), .type = ECHOD_GRPC_BIDI_STREAM,
+    .on_start = bidi_start, .on_message = bidi_message, .on_half_close = bidi_half_close,
+    .on_ready = bidi_ready, .on_complete = free_state_msg};
+/* clang-format on */
 
 const echod_method_t *const echod_echo_methods[] = {&unary, &server_streaming, &client_streaming, &bidi, NULL};

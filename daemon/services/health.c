@@ -255,16 +255,16 @@ int echod_health_is_serving(const echod_server_t *server)
     return atomic_load_explicit(&serving, memory_order_acquire);
 }
 
-/* one method per block, fields grouped as in echo.c */
+/* one method per block */
 /* clang-format off */
 #define SERVICE "grpc.health.v1.Health"
 
 static const echod_method_t check = {
-    .path = "/" SERVICE "/Check", .service = SERVICE, .name = "Check", .type = ECHOD_GRPC_UNARY,
+    ECHOD_METHOD(SERVICE, Check), .type = ECHOD_GRPC_UNARY,
     .on_start = check_start, .on_message = check_message, .on_half_close = check_half_close,
     .on_complete = check_complete, .on_loop = 1};
 static const echod_method_t watch = {
-    .path = "/" SERVICE "/Watch", .service = SERVICE, .name = "Watch", .type = ECHOD_GRPC_SERVER_STREAM,
+    ECHOD_METHOD(SERVICE, Watch), .type = ECHOD_GRPC_SERVER_STREAM,
     .on_start = watch_start, .on_message = watch_message, .on_half_close = watch_half_close,
     .on_ready = watch_ready, .on_complete = watch_complete, .on_loop = 1};
 /* clang-format on */

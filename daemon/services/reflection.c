@@ -481,17 +481,17 @@ static void info_complete(echod_call_t *call)
     call->h.state = NULL;
 }
 
-/* one method per block, fields grouped as in echo.c */
+/* one method per block */
 /* clang-format off */
 #define V1      "grpc.reflection.v1.ServerReflection"
 #define V1ALPHA "grpc.reflection.v1alpha.ServerReflection"
 
 static const echod_method_t info_v1 = {
-    .path = "/" V1 "/ServerReflectionInfo", .service = V1, .name = "ServerReflectionInfo",
+    ECHOD_METHOD(V1, ServerReflectionInfo),
     .type = ECHOD_GRPC_BIDI_STREAM, .on_start = info_start, .on_message = info_message,
     .on_half_close = info_half_close, .on_ready = info_ready, .on_complete = info_complete};
 static const echod_method_t info_v1alpha = {
-    .path = "/" V1ALPHA "/ServerReflectionInfo", .service = V1ALPHA, .name = "ServerReflectionInfo",
+    ECHOD_METHOD(V1ALPHA, ServerReflectionInfo),
     .type = ECHOD_GRPC_BIDI_STREAM, .on_start = info_start, .on_message = info_message,
     .on_half_close = info_half_close, .on_ready = info_ready, .on_complete = info_complete};
 /* clang-format on */

@@ -33,6 +33,10 @@ typedef struct echod_method {
     unsigned on_loop : 1;
 } echod_method_t;
 
+/* .path, .service and .name of a method from its service's full name and its method name:
+ * {ECHOD_METHOD("grpc.examples.echo.Echo", UnaryEcho), .type = ...} */
+#define ECHOD_METHOD(svc, m) .path = "/" svc "/" #m, .service = svc, .name = #m
+
 typedef struct {
     const echod_method_t **methods;
     size_t count;
