@@ -9,7 +9,6 @@
  * The main thread only touches the plain listening fd (so bind errors are reported
  * synchronously), the atomic flags, and the multithread receiver used to wake the loop.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -118,11 +117,7 @@ static int on_mark(h2o_req_t *req)
             q = stop + 1;
         }
     }
-    size_t len = strlen(name);
-    int ok = len > 0 && len <= 100;
-    for (size_t i = 0; ok && i < len; i++)
-        ok = isalnum((unsigned char)name[i]) || strchr("._:-", name[i]) != NULL;
-    if (!ok) {
+    if (!echod_metrics_stage_name_ok(name, strlen(name))) {
         respond_text(req, 400, "Bad Request", "expected ?stage=NAME, 1-100 characters of [A-Za-z0-9._:-]\n");
         return 0;
     }

@@ -5,6 +5,7 @@
  * therefore sees each number exactly, but not all numbers at one instant: that is the price of
  * never taking a lock on the hot path, and Prometheus is built to tolerate it.
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -611,7 +612,7 @@ static _Atomic uint64_t loop_lag_buckets[NELEMS(latency_bounds_us) + 1];
 
 /* The current stage label: written rarely (a mark per ramp stage), read by scrapes. */
 static pthread_mutex_t stage_mutex = PTHREAD_MUTEX_INITIALIZER;
-static char stage_name[128] = "";
+static char stage_name[ECHOD_STAGE_NAME_MAX + 1] = "";
 static double stage_started;
 static uint64_t stage_marks;
 
@@ -626,15 +627,40 @@ echod_loop_metrics_t *echod_metrics_add_loop(unsigned index)
     return &echod_metrics.loops[index];
 }
 
-void echod_metrics_mark_stage(const char *name)
+int echod_metrics_stage_name_ok(const char *name, size_t len)
+{
+    if (len == 0 || len > ECHOD_STAGE_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)name[i]) && strchr("._:-", name[i]) == NULL)
+            return 0;
+    return 1;
+}
+
+/* `always`: a mark even when the name is the current one (POST /admin/mark restarts a stage). */
+static void set_stage(const char *name, size_t len, int always)
 {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     pthread_mutex_lock(&stage_mutex);
-    snprintf(stage_name, sizeof(stage_name), "%s", name);
-    stage_started = (double)now.tv_sec + (double)now.tv_nsec / 1e9;
-    stage_marks++;
+    if (always || strlen(stage_name) != len || memcmp(stage_name, name, len) != 0) {
+        memcpy(stage_name, name, len);
+        stage_name[len] = '\0';
+        stage_started = (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+        stage_marks++;
+    }
     pthread_mutex_unlock(&stage_mutex);
+}
+
+void echod_metrics_mark_stage(const char *name)
+{
+    set_stage(name, strlen(name), 1);
+}
+
+void echod_metrics_enter_stage(const char *name, size_t len)
+{
+    if (echod_metrics_stage_name_ok(name, len))
+        set_stage(name, len, 0);
 }
 
 /* The cgroup v2 cpu.stat of this process's own cgroup: throttling is what a 1-CPU limit does to a ramp. */
@@ -727,7 +753,8 @@ static void render_saturation(mbuf_t *b)
     format_double(num, sizeof(num), started);
     family(b, "echod_stage_started_timestamp_seconds", "gauge", "When the current stage was marked (Unix time).");
     mbuf_printf(b, "echod_stage_started_timestamp_seconds %s\n", num);
-    family(b, "echod_stage_marks_total", "counter", "POST /admin/mark calls.");
+    family(b, "echod_stage_marks_total", "counter",
+           "Stage marks: POST /admin/mark calls and echod-stage header changes.");
     mbuf_printf(b, "echod_stage_marks_total %" PRIu64 "\n", marks);
 }
 

@@ -158,8 +158,17 @@ void echod_histogram_observe(echod_histogram_t *h, uint64_t value);
 /* Main thread, at start-up: a slot for loop `index`. */
 echod_loop_metrics_t *echod_metrics_add_loop(unsigned index);
 
-/* Names the current ramp stage (POST /admin/mark?stage=NAME): echod_stage_info and its start time. Any thread. */
+/* A stage name is 1-100 characters of [A-Za-z0-9._:-]: it goes into a Prometheus label as it is. */
+#define ECHOD_STAGE_NAME_MAX 100
+int echod_metrics_stage_name_ok(const char *name, size_t len);
+
+/* Names the current ramp stage (POST /admin/mark?stage=NAME, a valid name): echod_stage_info and
+ * its start time; a mark even when the name is unchanged. Any thread. */
 void echod_metrics_mark_stage(const char *name);
+
+/* An echod-stage request header: the stage becomes `name` if that is a valid name and not the
+ * current one (every call carries it; only a change is a mark). Any thread. */
+void echod_metrics_enter_stage(const char *name, size_t len);
 
 /*
  * Fits echod_exec_set_observer's on_start: ctx is the executor's echod_exec_metrics_t; the wait

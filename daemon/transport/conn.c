@@ -656,13 +656,14 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
         if (echod_grpc_timeout_parse((const char *)value, valuelen, &call->io.hdr.timeout_ns) != 0)
             call->io.hdr.timeout_bad = 1;
     } else if (header_is(name, namelen, "echod-stage")) {
-        /* a load generator names its ramp stage per call; only a change costs anything */
+        /* a load generator names its ramp stage per call: the loop's copy keeps the lock off the
+         * path until the name changes; the metrics decide whether it is valid and new */
         echod_loop_t *loop = conn->loop;
         if (valuelen != 0 && valuelen < sizeof(loop->stage) &&
             (valuelen != strlen(loop->stage) || memcmp(loop->stage, value, valuelen) != 0)) {
             memcpy(loop->stage, value, valuelen);
             loop->stage[valuelen] = '\0';
-            echod_metrics_mark_stage(loop->stage);
+            echod_metrics_enter_stage(loop->stage, valuelen);
         }
     } else if (echod_work_parse_header((const char *)name, namelen, (const char *)value, valuelen, &call->io.hdr.work,
                                        &call->io.hdr.work_set, &call->io.hdr.work_error)) {

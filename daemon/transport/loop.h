@@ -49,12 +49,12 @@ typedef struct echod_loop {
     h2o_multithread_message_t shutdown_msg;
     atomic_long live_calls; /* calls of this loop not yet freed (freed on any thread) */
     int listen_fd;
-    int rest_fd;                 /* listen.rest, or -1 */
-    struct echod_rest *rest;     /* the REST control arm on this loop, or NULL */
-    int rest_done;               /* its stop has finished (drain) */
-    char stage[101];             /* the last echod-stage request header seen on this loop */
-    echod_pool_t pool;           /* the allocator of this loop's nghttp2 sessions; loop thread only */
-    pthread_mutex_t ready_mutex; /* start-up: the loop thread has built its evloop and queue */
+    int rest_fd;                          /* listen.rest, or -1 */
+    struct echod_rest *rest;              /* the REST control arm on this loop, or NULL */
+    int rest_done;                        /* its stop has finished (drain) */
+    char stage[ECHOD_STAGE_NAME_MAX + 1]; /* the last echod-stage request header seen on this loop */
+    echod_pool_t pool;                    /* the allocator of this loop's nghttp2 sessions; loop thread only */
+    pthread_mutex_t ready_mutex;          /* start-up: the loop thread has built its evloop and queue */
     pthread_cond_t ready_cond;
     int ready;
 } echod_loop_t;

@@ -774,6 +774,31 @@ class StageMarks(unittest.TestCase):
             self.assertIn("Steady_2", m3.series("echod_stage_info")[0][0]["stage"])
 
 
+    def test_stage_header(self):
+        """echod-stage request metadata (the k6 scripts send one per call) names the stage: only a
+        change is a mark, over several connections and loops alike, and a name that is not
+        [A-Za-z0-9._:-]{1,100} is ignored (it would break the Prometheus label)."""
+        with Daemon(sets=["io.event_loops=2"]) as d:
+            m0 = d.metrics()
+            channels = [d.channel() for _ in range(4)]
+            try:
+                stubs = [EchoStub(ch) for ch in channels]
+                for stage in ("s01", "s02"):
+                    for stub in stubs:
+                        for _ in range(5):
+                            self.assertEqual(stub.UnaryEcho("x", metadata=[("echod-stage", stage)], timeout=T), "x")
+                    m = d.metrics()
+                    self.assertEqual(m.series("echod_stage_info"), [({"stage": stage}, 1.0)])
+                for bad in ('s"03', "s 03", "s{03}", "z" * 101):
+                    self.assertEqual(stubs[0].UnaryEcho("x", metadata=[("echod-stage", bad)], timeout=T), "x")
+                m = d.metrics()
+                self.assertEqual(m.series("echod_stage_info"), [({"stage": "s02"}, 1.0)])
+                self.assertEqual(metric_delta(m, m0, "echod_stage_marks_total"), 2)
+            finally:
+                for ch in channels:
+                    ch.close()
+
+
 class ProbeAtSaturation(unittest.TestCase):
     """Issue 4: a Kubernetes gRPC probe passes while the executor is saturated, because Health
     is answered on the I/O loop and never queued behind the executor."""
