@@ -146,6 +146,7 @@ static void do_message(echod_call_t *call, echod_msg_t *msg)
 
 static void do_half_close(echod_call_t *call)
 {
+    call->step_ended_ns = 0; /* a merged step's message end is not this handler's end */
     if (handler_live(call))
         call->method->on_half_close(call);
 }
@@ -173,27 +174,31 @@ static void step_run(echod_step_t *step)
     uint64_t submitted = cs->submitted_ns;
     if (!cs->on_stack)
         free(cs);
-    if (on_own_loop(call))
+    int on_loop = on_own_loop(call);
+    if (on_loop)
         ECHOD_COUNT(echod_metrics.step_runs_loop);
     else
         ECHOD_COUNT(echod_metrics.step_runs_worker);
     if (submitted != 0) {
-        /* runnable but not running: from the later of its submission and the previous step's end,
-         * so steps queued together do not count their common wait twice */
-        call->step_started_ns = echod_now_ns();
+        /* A clock read costs ~28 ns here, a tenth of a direct call at 13 reads: inline steps
+         * submitted back to back by one pump start when the previous one ended. Runnable but
+         * not running: from the later of its submission and the previous step's end, so steps
+         * queued together do not count their common wait twice. */
+        call->step_started_ns = on_loop && call->io.chain_ns != 0 ? call->io.chain_ns : echod_now_ns();
         uint64_t ready = submitted > call->step_ended_ns ? submitted : call->step_ended_ns;
         if (call->step_started_ns > ready)
             call->queue_ns += call->step_started_ns - ready;
     }
-    call->step_ended_ns = 0; /* read above; do_message sets it when its handler returns */
+    call->step_ended_ns = 0; /* read above; handler code sets it as it ends (do_message, close) */
     run_step(call, kind, msg);
     /* the serializer holds a reference while a step runs, so the call is still here */
     if (submitted != 0 && kind != ECHOD_STEP_CLOSED) {
-        /* a message step ends when its handler did: do_message read the clock then */
-        if (kind != ECHOD_STEP_MESSAGES_AVAILABLE || call->step_ended_ns == 0)
+        if (call->step_ended_ns == 0)
             call->step_ended_ns = echod_now_ns();
         call->handler_ns += call->step_ended_ns - call->step_started_ns;
         call->step_started_ns = 0;
+        if (on_loop && call->io.pumping)
+            call->io.chain_ns = call->step_ended_ns;
     }
 }
 
@@ -266,6 +271,7 @@ static void deliver_messages(echod_call_t *call)
             break;
         call->io.requested--;
         if (call->io.deframer.count == 0 && call->io.held_bytes != 0) {
+            call->io.chain_ns = 0; /* flow control is the transport's time, not the next step's */
             echod_conn_consume(call, call->io.held_bytes);
             call->io.held_bytes = 0;
         }
@@ -360,12 +366,14 @@ void echod_call_pump(echod_call_t *call)
         return;
     }
     call->io.pumping = 1;
+    call->io.chain_ns = 0;
     echod_call_retain(call);
     do {
         call->io.repump = 0;
         pump_once(call);
     } while (call->io.repump);
     call->io.pumping = 0;
+    call->io.chain_ns = 0;
     echod_call_release(call);
 }
 
@@ -483,6 +491,7 @@ void echod_call_close(echod_call_t *call, int code, const char *message)
     call->h.closed = 1;
     if (call->server->cfg->telemetry.timing_trailer) {
         uint64_t now = echod_now_ns();
+        call->step_ended_ns = now; /* what the handler does after closing is not in the trailer either */
         uint64_t handler = call->handler_ns + (call->step_started_ns != 0 ? now - call->step_started_ns : 0);
         format_timing(call->h.timing, call->queue_ns / 1000, handler / 1000, (now - call->started_ns) / 1000);
     }

@@ -53,7 +53,9 @@ struct echod_call {
     char *work_error;           /* "echod-cpu-us: ..." when a work header was malformed: INVALID_ARGUMENT */
     unsigned admitted : 1;      /* counted against limits.max_calls_in_flight */
     atomic_int handler_started; /* start_call ran: a deadline after this was not "expired in queue" */
-    /* Server timing (telemetry.timing_trailer): steps add to these inside the serializer. */
+    /* Server timing (telemetry.timing_trailer): steps add to these inside the serializer.
+     * step_ended_ns, once a step has run handler code, is a clock read taken after the last of it
+     * (do_message's or echod_call_close's), which the step then takes as its end. */
     uint64_t queue_ns, handler_ns, step_started_ns, step_ended_ns;
     echod_serializer_t serializer;
 
@@ -84,6 +86,9 @@ struct echod_call {
             headers_sent : 1, trailers_queued : 1, trailers_sent : 1, touched : 1, deframe_failed : 1,
             deframe_reported : 1, data_deferred : 1, expired : 1, pumping : 1, repump : 1, rejected : 1, in_conn : 1,
             drain_open : 1, drain_cut : 1;
+        /* When the inline step that ran last in this pump ended, 0 outside a pump: back-to-back
+         * inline steps share that clock read as the next one's start (timing on). */
+        uint64_t chain_ns;
         const char *timing; /* echod-timing for the trailers (points into h.timing) */
         size_t out_queued;  /* bytes in out_head..out_tail not yet sent */
         int status_code;    /* trailers to send once the write queue is empty */
