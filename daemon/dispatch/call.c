@@ -44,7 +44,7 @@ echod_call_t *echod_call_new(echod_server_t *server, echod_loop_t *loop, echod_c
     call->io.stream_id = stream_id;
     echod_deframer_init(&call->io.deframer, server->cfg->transport.max_receive_message_bytes);
     atomic_fetch_add_explicit(&loop->live_calls, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&echod_metrics.calls_in_flight, 1, memory_order_relaxed);
+    ECHOD_COUNT(echod_metrics.calls_in_flight);
     return call;
 }
 
@@ -69,10 +69,10 @@ void echod_call_release(echod_call_t *call)
     free(call->io.hdr.work_error);
     free(call->work_error);
     if (call->admitted)
-        atomic_fetch_sub_explicit(&echod_metrics.calls_admitted, 1, memory_order_relaxed);
+        echod_metrics_add_admitted(-1, call->server->cfg->limits.max_calls_in_flight != 0);
     echod_loop_t *loop = call->loop;
     echod_conn_release(call->conn);
-    atomic_fetch_sub_explicit(&echod_metrics.calls_in_flight, 1, memory_order_relaxed);
+    ECHOD_ADD(echod_metrics.calls_in_flight, -1);
     if (on_own_loop(call))
         echod_pool_free(&loop->pool, call);
     else

@@ -1,7 +1,8 @@
 /*
  * Metrics storage and the Prometheus text exposition (format 0.0.4).
  *
- * Writers only ever do relaxed atomic adds; the renderer only ever does relaxed loads. A scrape
+ * Writers only ever do relaxed atomic adds, or relaxed loads and stores on their own shard; the
+ * renderer only ever does relaxed loads, summing the shared instance and every shard. A scrape
  * therefore sees each number exactly, but not all numbers at one instant: that is the price of
  * never taking a lock on the hot path, and Prometheus is built to tolerate it.
  */
@@ -22,6 +23,15 @@
 #include "metrics/metrics.h"
 
 echod_metrics_t echod_metrics;
+_Thread_local echod_metrics_t *echod_metrics_shard;
+
+/* Shards are never freed: a thread that exits leaves its counts behind for the next one. */
+static pthread_once_t shards_once = PTHREAD_ONCE_INIT;
+static pthread_key_t shards_key; /* its destructor gives a thread's shard back */
+static pthread_mutex_t shards_mutex = PTHREAD_MUTEX_INITIALIZER;
+static echod_metrics_t *_Atomic shards[ECHOD_METRICS_MAX_SHARDS];
+static _Atomic size_t nshards;
+static unsigned char shard_taken[ECHOD_METRICS_MAX_SHARDS]; /* under shards_mutex */
 
 /* Flush sizes: one frame up to a batch that would fill a 256-frame writev. */
 static const double flush_frames_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
@@ -33,11 +43,9 @@ static const double latency_bounds_us[] = {1,    2,    5,    10,    20,    50,  
 
 #define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
-static _Atomic uint64_t flush_frames_buckets[NELEMS(flush_frames_bounds) + 1];
-static _Atomic uint64_t flush_bytes_buckets[NELEMS(flush_bytes_bounds) + 1];
-static _Atomic uint64_t queue_wait_buckets[ECHOD_METRICS_MAX_EXECUTORS][NELEMS(latency_bounds_us) + 1];
-static _Atomic uint64_t handling_buckets[ECHOD_METRICS_MAX_METHODS][NELEMS(latency_bounds_us) + 1];
-static _Atomic uint64_t msg_handling_buckets[ECHOD_METRICS_MAX_METHODS][NELEMS(latency_bounds_us) + 1];
+_Static_assert(NELEMS(latency_bounds_us) <= ECHOD_HISTOGRAM_MAX_BOUNDS, "latency buckets fit a histogram");
+_Static_assert(NELEMS(flush_frames_bounds) <= ECHOD_HISTOGRAM_MAX_BOUNDS, "frame buckets fit a histogram");
+_Static_assert(NELEMS(flush_bytes_bounds) <= ECHOD_HISTOGRAM_MAX_BOUNDS, "byte buckets fit a histogram");
 
 /* Set once at start-up, before the admin thread (the only reader) exists. */
 static const echod_config_t *metrics_cfg;
@@ -49,17 +57,12 @@ static const char *const loop_task_names[ECHOD_LOOP_TASK__COUNT] = {"request", "
 static const char *const flush_trigger_names[ECHOD_FLUSH_TRIGGER__COUNT] = {"loop_tail", "read_complete", "immediate",
                                                                             "loop_task"};
 
-static void histogram_setup(echod_histogram_t *h, const double *bounds, size_t nbounds, double scale,
-                            _Atomic uint64_t *buckets)
+/* Start-up (registration happens before the threads that observe): the counts are zero already. */
+static void histogram_setup(echod_histogram_t *h, const double *bounds, size_t nbounds, double scale)
 {
     h->bounds = bounds;
     h->nbounds = nbounds;
     h->scale = scale;
-    h->buckets = buckets;
-    for (size_t i = 0; i <= nbounds; ++i)
-        atomic_store_explicit(&buckets[i], 0, memory_order_relaxed);
-    atomic_store_explicit(&h->count, 0, memory_order_relaxed);
-    atomic_store_explicit(&h->sum, 0, memory_order_relaxed);
 }
 
 /* Reads a small /proc file whole; returns its length or -1. */
@@ -129,10 +132,11 @@ void echod_metrics_init(const echod_config_t *cfg)
 {
     /* No other thread exists yet, so plain stores into the atomics are race-free. */
     memset(&echod_metrics, 0, sizeof(echod_metrics));
+    for (size_t i = 0; i < atomic_load(&nshards); i++)
+        memset(atomic_load(&shards[i]), 0, sizeof(echod_metrics));
     metrics_cfg = cfg;
-    histogram_setup(&echod_metrics.flush_frames, flush_frames_bounds, NELEMS(flush_frames_bounds), 1,
-                    flush_frames_buckets);
-    histogram_setup(&echod_metrics.flush_bytes, flush_bytes_bounds, NELEMS(flush_bytes_bounds), 1, flush_bytes_buckets);
+    histogram_setup(&echod_metrics.flush_frames, flush_frames_bounds, NELEMS(flush_frames_bounds), 1);
+    histogram_setup(&echod_metrics.flush_bytes, flush_bytes_bounds, NELEMS(flush_bytes_bounds), 1);
     process_start_time = compute_start_time();
 }
 
@@ -152,8 +156,8 @@ size_t echod_metrics_add_method(const char *service, const char *method, echod_g
     m->service = service;
     m->method = method;
     m->type = type;
-    histogram_setup(&m->handling, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6, handling_buckets[idx]);
-    histogram_setup(&m->msg_handling, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6, msg_handling_buckets[idx]);
+    histogram_setup(&m->handling, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6);
+    histogram_setup(&m->msg_handling, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6);
     /* Release: a renderer that sees the new count also sees the slot filled in. */
     atomic_store_explicit(&echod_metrics.nmethods, idx + 1, memory_order_release);
     return idx;
@@ -169,14 +173,78 @@ echod_exec_metrics_t *echod_metrics_add_exec(const char *name, const struct echo
     echod_exec_metrics_t *e = &echod_metrics.execs[idx];
     e->name = name;
     e->exec = exec;
-    histogram_setup(&e->queue_wait, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6, queue_wait_buckets[idx]);
+    histogram_setup(&e->queue_wait, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6);
     atomic_store_explicit(&echod_metrics.nexecs, idx + 1, memory_order_release);
     return e;
 }
 
+static void shard_release(void *value)
+{
+    echod_metrics_t *shard = value;
+    echod_metrics_shard = &echod_metrics; /* a later key destructor's update goes to the shared instance */
+    pthread_mutex_lock(&shards_mutex);
+    size_t n = atomic_load_explicit(&nshards, memory_order_relaxed);
+    for (size_t i = 0; i < n; i++)
+        if (atomic_load_explicit(&shards[i], memory_order_relaxed) == shard)
+            shard_taken[i] = 0; /* the mutex orders this thread's last counts before the next owner's */
+    pthread_mutex_unlock(&shards_mutex);
+}
+
+static void shards_key_create(void)
+{
+    if (pthread_key_create(&shards_key, shard_release) != 0)
+        abort();
+}
+
+/* A free shard (one a thread that exited left, counts kept), else a new one, else none. */
+static echod_metrics_t *shard_take(void)
+{
+    echod_metrics_t *shard = NULL;
+    pthread_mutex_lock(&shards_mutex);
+    size_t n = atomic_load_explicit(&nshards, memory_order_relaxed);
+    for (size_t i = 0; i < n && shard == NULL; i++) {
+        if (!shard_taken[i]) {
+            shard_taken[i] = 1;
+            shard = atomic_load_explicit(&shards[i], memory_order_relaxed);
+        }
+    }
+    if (shard == NULL && n < ECHOD_METRICS_MAX_SHARDS && (shard = calloc(1, sizeof(*shard))) != NULL) {
+        shard_taken[n] = 1;
+        /* release: a renderer that sees the count sees the (zeroed) shard behind it */
+        atomic_store_explicit(&shards[n], shard, memory_order_release);
+        atomic_store_explicit(&nshards, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&shards_mutex);
+    return shard;
+}
+
+size_t echod_metrics_shard_count(void)
+{
+    return atomic_load_explicit(&nshards, memory_order_acquire);
+}
+
+void echod_metrics_add_shared(_Atomic uint64_t *field, uint64_t n)
+{
+    if (echod_metrics_shard == NULL) {
+        /* this thread's first update: from now on it has a shard, or never will */
+        pthread_once(&shards_once, shards_key_create);
+        echod_metrics_t *shard = shard_take();
+        if (shard != NULL && pthread_setspecific(shards_key, shard) != 0) {
+            shard_release(shard);
+            shard = NULL;
+        }
+        echod_metrics_shard = shard != NULL ? shard : &echod_metrics;
+        if (shard != NULL) {
+            echod_metrics_add_u64(field, n);
+            return;
+        }
+    }
+    atomic_fetch_add_explicit(field, n, memory_order_relaxed);
+}
+
 void echod_histogram_observe(echod_histogram_t *h, uint64_t value)
 {
-    if (h->buckets == NULL)
+    if (h->bounds == NULL)
         return;
     /* Binary search for the first bound >= value; nbounds is the +Inf bucket. */
     size_t lo = 0, hi = h->nbounds;
@@ -188,9 +256,8 @@ void echod_histogram_observe(echod_histogram_t *h, uint64_t value)
         else
             lo = mid + 1;
     }
-    atomic_fetch_add_explicit(&h->buckets[lo], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->sum, value, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    echod_metrics_add_u64(&h->buckets[lo], 1);
+    echod_metrics_add_u64(&h->sum, value);
 }
 
 void echod_metrics_observe_queue_wait(void *ctx, uint64_t wait_ns)
@@ -328,14 +395,28 @@ static double scaled(double v, double scale)
     return v * scale;
 }
 
-static uint64_t load(const _Atomic uint64_t *p)
+/* The shared value plus its twin in every shard. */
+uint64_t echod_metrics_value(const _Atomic uint64_t *p)
 {
-    return atomic_load_explicit(p, memory_order_relaxed);
+    uint64_t v = atomic_load_explicit(p, memory_order_relaxed);
+    uintptr_t off = (uintptr_t)p - (uintptr_t)&echod_metrics;
+    size_t n = atomic_load_explicit(&nshards, memory_order_acquire);
+    for (size_t i = 0; i < n; i++) {
+        echod_metrics_t *shard = atomic_load_explicit(&shards[i], memory_order_acquire);
+        v += atomic_load_explicit((const _Atomic uint64_t *)((uintptr_t)shard + off), memory_order_relaxed);
+    }
+    return v;
 }
 
+static uint64_t load(const _Atomic uint64_t *p)
+{
+    return echod_metrics_value(p);
+}
+
+/* Gauges are summed as unsigned (the shards' deltas wrap) and read back as two's complement. */
 static int64_t load_signed(const _Atomic int64_t *p)
 {
-    return atomic_load_explicit(p, memory_order_relaxed);
+    return (int64_t)echod_metrics_value((const _Atomic uint64_t *)(const void *)p);
 }
 
 /* One histogram series; labels is a preformatted, already escaped "a=\"x\"" list or "". */
@@ -345,14 +426,14 @@ static void histogram_series(mbuf_t *b, const char *name, const char *labels, co
     const char *sep = labels[0] != '\0' ? "," : "";
     char num[64];
     uint64_t cum = 0;
-    size_t nbounds = h->buckets != NULL ? h->nbounds : 0;
+    size_t nbounds = h->bounds != NULL ? h->nbounds : 0;
 
     for (size_t i = 0; i < nbounds; ++i) {
         cum += load(&h->buckets[i]);
         format_double(num, sizeof(num), scaled(h->bounds[i], h->scale));
         mbuf_printf(b, "%s_bucket{%s%sle=\"%s\"} %" PRIu64 "\n", name, labels, sep, num, cum);
     }
-    cum += h->buckets != NULL ? load(&h->buckets[nbounds]) : load(&h->count);
+    cum += load(&h->buckets[nbounds]);
     mbuf_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name, labels, sep, cum);
 
     uint64_t sum = load(&h->sum);
@@ -362,10 +443,7 @@ static void histogram_series(mbuf_t *b, const char *name, const char *labels, co
         format_double(num, sizeof(num), scaled((double)sum, h->scale));
     }
     mbuf_printf(b, "%s_sum%s%s%s %s\n", name, lbrace, labels, rbrace, num);
-    /*
-     * _count is the bucket total, not h->count: an observation racing with this scrape may have
-     * bumped one but not yet the other, and the +Inf bucket and _count must never disagree.
-     */
+    /* _count is the bucket total: the +Inf bucket and _count must never disagree. */
     mbuf_printf(b, "%s_count%s%s%s %" PRIu64 "\n", name, lbrace, labels, rbrace, cum);
 }
 
@@ -608,8 +686,6 @@ static void render_process(mbuf_t *b)
 /* -------------------------------------------------------------------------------------------- */
 /* saturation: loops, cgroup, stage */
 
-static _Atomic uint64_t loop_lag_buckets[NELEMS(latency_bounds_us) + 1];
-
 /* The current stage label: written rarely (a mark per ramp stage), read by scrapes. */
 static pthread_mutex_t stage_mutex = PTHREAD_MUTEX_INITIALIZER;
 static char stage_name[ECHOD_STAGE_NAME_MAX + 1] = "";
@@ -620,8 +696,8 @@ echod_loop_metrics_t *echod_metrics_add_loop(unsigned index)
 {
     if (index >= ECHOD_METRICS_MAX_LOOPS)
         abort();
-    if (echod_metrics.loop_lag.buckets == NULL)
-        histogram_setup(&echod_metrics.loop_lag, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6, loop_lag_buckets);
+    if (echod_metrics.loop_lag.bounds == NULL)
+        histogram_setup(&echod_metrics.loop_lag, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6);
     if (index + 1 > atomic_load(&echod_metrics.nloops))
         atomic_store(&echod_metrics.nloops, index + 1);
     return &echod_metrics.loops[index];

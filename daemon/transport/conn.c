@@ -736,7 +736,7 @@ static void request_headers_done(echod_call_t *call)
             return;
         }
         call->admitted = 1;
-        atomic_fetch_add_explicit(&echod_metrics.calls_admitted, 1, memory_order_relaxed);
+        echod_metrics_add_admitted(1, limit != 0);
     }
     if (server->cfg->work.allow_metadata_overrides) {
         call->work_error = call->io.hdr.work_error;
@@ -1149,7 +1149,7 @@ void echod_conn_accept(echod_loop_t *loop, h2o_socket_t *sock)
     if (loop->server->cfg->transport.handshake_timeout_ms != 0)
         h2o_timeout_link(loop->evloop, &loop->handshake, &conn->guard_entry);
     h2o_linklist_insert(&loop->conns, &conn->link);
-    ECHOD_COUNT(echod_metrics.connections);
+    atomic_fetch_add_explicit(&echod_metrics.connections, 1, memory_order_relaxed); /* shared: the limit reads it */
     ECHOD_COUNT(echod_metrics.connections_total);
     if (loop->server->ssl_ctx != NULL)
         h2o_socket_ssl_handshake(sock, loop->server->ssl_ctx, NULL, on_handshake);

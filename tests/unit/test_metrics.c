@@ -4,6 +4,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -353,6 +354,62 @@ static void *hammer(void *arg)
 }
 
 /* Scrapes while another thread writes: every scrape is well-formed and histograms stay coherent. */
+/* Shards: counts from many threads add up exactly in a render, while the threads run and after
+ * they exit; more threads than shards fall back to the shared atomics; exited threads' shards are
+ * reused, so the count of shards follows the most threads alive at once, not every thread ever. */
+#define SHARD_THREADS (ECHOD_METRICS_MAX_SHARDS + 6)
+#define SHARD_ADDS    2000
+
+static pthread_barrier_t shard_barrier;
+
+static void *shard_worker(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < SHARD_ADDS; i++) {
+        ECHOD_COUNT(echod_metrics.inline_runs);
+        ECHOD_ADD(echod_metrics.calls_in_flight, -1);
+        echod_histogram_observe(&echod_metrics.flush_frames, 3);
+    }
+    pthread_barrier_wait(&shard_barrier); /* every thread alive at once: some have no shard */
+    pthread_barrier_wait(&shard_barrier); /* the main thread has rendered */
+    return NULL;
+}
+
+static void shard_round(int round)
+{
+    pthread_t tids[SHARD_THREADS];
+    pthread_barrier_init(&shard_barrier, NULL, SHARD_THREADS + 1);
+    for (int i = 0; i < SHARD_THREADS; i++)
+        CHECK(pthread_create(&tids[i], NULL, shard_worker, NULL) == 0);
+    pthread_barrier_wait(&shard_barrier);
+    char line[128];
+    size_t len;
+    char *text = echod_metrics_render(&len);
+    uint64_t total = (uint64_t)round * SHARD_THREADS * SHARD_ADDS;
+    snprintf(line, sizeof(line), "echod_inline_runs_total %" PRIu64, total);
+    CHECK(text != NULL && has_line(text, line));
+    snprintf(line, sizeof(line), "echod_calls_in_flight -%" PRIu64, total);
+    CHECK(text != NULL && has_line(text, line));
+    snprintf(line, sizeof(line), "echod_flush_frames_bucket{le=\"4\"} %" PRIu64, total);
+    CHECK(text != NULL && has_line(text, line));
+    snprintf(line, sizeof(line), "echod_flush_frames_sum %" PRIu64, 3 * total);
+    CHECK(text != NULL && has_line(text, line));
+    free(text);
+    CHECK(echod_metrics_shard_count() == ECHOD_METRICS_MAX_SHARDS);
+    pthread_barrier_wait(&shard_barrier);
+    for (int i = 0; i < SHARD_THREADS; i++)
+        pthread_join(tids[i], NULL);
+    pthread_barrier_destroy(&shard_barrier);
+}
+
+static void test_shards(void)
+{
+    echod_metrics_init(&test_config);
+    shard_round(1);
+    shard_round(2); /* the exited threads' shards, counts kept, serve the new ones */
+    CHECK(echod_metrics_shard_count() == ECHOD_METRICS_MAX_SHARDS);
+}
+
 static void test_concurrent_scrapes(int port)
 {
     pthread_t tid;
@@ -501,6 +558,7 @@ int main(void)
 
     test_render(pool);
     test_admin();
+    test_shards(); /* last: it starts the metrics over */
 
     if (pool != NULL)
         echod_exec_destroy(pool);

@@ -117,7 +117,7 @@ static void test_contention(echod_exec_mode_t mode, long per_producer)
     enum { P = 4 };
     pthread_t th[P];
     producer_arg_t args[P];
-    uint64_t d0 = atomic_load(&m->dispatches);
+    uint64_t d0 = echod_metrics_value(&m->dispatches);
     for (int i = 0; i < P; i++) {
         args[i] = (producer_arg_t){o, i, per_producer};
         pthread_create(&th[i], NULL, producer_main, &args[i]);
@@ -125,7 +125,7 @@ static void test_contention(echod_exec_mode_t mode, long per_producer)
     for (int i = 0; i < P; i++)
         pthread_join(th[i], NULL);
     wait_ran(o, P * per_producer);
-    uint64_t dispatches = atomic_load(&m->dispatches) - d0;
+    uint64_t dispatches = echod_metrics_value(&m->dispatches) - d0;
     CHECK(atomic_load(&o->ran) == P * per_producer);
     CHECK(atomic_load(&o->order_errors) == 0);
     CHECK(atomic_load(&o->max_concurrent) == 1);
@@ -169,13 +169,14 @@ static void test_coalescing(echod_exec_mode_t mode, echod_ser_mode_t ser)
     echod_exec_metrics_t *m = echod_metrics_add_exec("coalesce", exec);
     owner_t *o = malloc(sizeof(*o));
     owner_init(o, exec, m, ser);
-    uint64_t d0 = atomic_load(&m->dispatches), i0 = atomic_load(&echod_metrics.inline_runs);
+    uint64_t d0 = echod_metrics_value(&m->dispatches), i0 = echod_metrics_value(&echod_metrics.inline_runs);
     nested_step_t *outer = calloc(1, sizeof(*outer));
     outer->super.run = nested_outer;
     outer->o = o;
     echod_serializer_submit(&o->s, &outer->super);
     wait_ran(o, 2);
-    uint64_t dispatches = atomic_load(&m->dispatches) - d0, inl = atomic_load(&echod_metrics.inline_runs) - i0;
+    uint64_t dispatches = echod_metrics_value(&m->dispatches) - d0,
+             inl = echod_metrics_value(&echod_metrics.inline_runs) - i0;
     if (ser == ECHOD_SER_INLINE) {
         CHECK(dispatches == 0);
         CHECK(inl == 2);
@@ -199,7 +200,7 @@ static void test_switch(void)
     owner_init(o, from, mf, ECHOD_SER_SERIALIZING);
     o->switch_to = to;
     o->switch_metrics = mt;
-    uint64_t f0 = atomic_load(&mf->dispatches), t0 = atomic_load(&mt->dispatches);
+    uint64_t f0 = echod_metrics_value(&mf->dispatches), t0 = echod_metrics_value(&mt->dispatches);
     for (long i = 0; i < 1000; i++) {
         test_step_t *t = calloc(1, sizeof(*t));
         t->super.run = step_run;
@@ -211,8 +212,8 @@ static void test_switch(void)
     wait_ran(o, 1000);
     CHECK(atomic_load(&o->order_errors) == 0);
     CHECK(atomic_load(&o->max_concurrent) == 1);
-    CHECK(atomic_load(&mf->dispatches) - f0 == 1);
-    CHECK(atomic_load(&mt->dispatches) - t0 >= 1);
+    CHECK(echod_metrics_value(&mf->dispatches) - f0 == 1);
+    CHECK(echod_metrics_value(&mt->dispatches) - t0 >= 1);
     echod_exec_destroy(from);
     echod_exec_destroy(to);
     free(o);
