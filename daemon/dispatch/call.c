@@ -237,7 +237,9 @@ static void run_step(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *ms
     }
 }
 
-void echod_call_submit(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *msg)
+/* The one submit function, called by the pump only: counts the step in echod_call_steps_total,
+ * then serializes it. */
+static void call_submit(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *msg)
 {
     int timing = call->server->cfg->telemetry.timing_trailer;
     echod_call_step_t local, *cs;
@@ -278,9 +280,9 @@ static void deliver_messages(echod_call_t *call)
         int last = call->io.end_stream && call->io.deframer.count == 0 && !echod_deframer_partial(&call->io.deframer);
         if (last && cfg->dispatch.coalesce_end_stream) {
             call->io.half_close_submitted = 1;
-            echod_call_submit(call, ECHOD_STEP_MESSAGES_AND_HALF_CLOSE, msg);
+            call_submit(call, ECHOD_STEP_MESSAGES_AND_HALF_CLOSE, msg);
         } else {
-            echod_call_submit(call, ECHOD_STEP_MESSAGES_AVAILABLE, msg);
+            call_submit(call, ECHOD_STEP_MESSAGES_AVAILABLE, msg);
         }
     }
 }
@@ -317,19 +319,19 @@ static void pump_once(echod_call_t *call)
     if (!call->io.started) {
         call->io.started = 1;
         if (call->server->cfg->dispatch.merge_lookup_and_start) {
-            echod_call_submit(call, ECHOD_STEP_LOOKUP_AND_START, NULL);
+            call_submit(call, ECHOD_STEP_LOOKUP_AND_START, NULL);
         } else {
-            echod_call_submit(call, ECHOD_STEP_METHOD_LOOKUP, NULL);
-            echod_call_submit(call, ECHOD_STEP_START_CALL, NULL);
+            call_submit(call, ECHOD_STEP_METHOD_LOOKUP, NULL);
+            call_submit(call, ECHOD_STEP_START_CALL, NULL);
         }
-        echod_call_submit(call, ECHOD_STEP_ON_READY, NULL);
+        call_submit(call, ECHOD_STEP_ON_READY, NULL);
     }
     if (call->io.closed) {
         if (!call->io.close_submitted) {
             call->io.close_submitted = 1;
             /* decided here, on the loop, so the closed step reads one plain field */
             call->final_code = call->io.trailers_sent ? call->io.status_code : ECHOD_CANCELLED;
-            echod_call_submit(call, ECHOD_STEP_CLOSED, NULL);
+            call_submit(call, ECHOD_STEP_CLOSED, NULL);
         }
         return;
     }
@@ -349,11 +351,11 @@ static void pump_once(echod_call_t *call)
             echod_conn_close_call(call, ECHOD_INTERNAL, "Incomplete message: END_STREAM in the middle of a message",
                                   NULL);
         else
-            echod_call_submit(call, ECHOD_STEP_HALF_CLOSED, NULL);
+            call_submit(call, ECHOD_STEP_HALF_CLOSED, NULL);
     }
     if (call->io.ready_due) {
         call->io.ready_due = 0;
-        echod_call_submit(call, ECHOD_STEP_ON_READY, NULL);
+        call_submit(call, ECHOD_STEP_ON_READY, NULL);
     }
 }
 
@@ -375,6 +377,12 @@ void echod_call_pump(echod_call_t *call)
     call->io.pumping = 0;
     call->io.chain_ns = 0;
     echod_call_release(call);
+}
+
+void echod_call_wake_ready(echod_call_t *call)
+{
+    call->io.ready_due = 1;
+    echod_call_pump(call);
 }
 
 /* --- handler-facing operations: act now on the loop, else post a counted loop task --- */

@@ -107,14 +107,16 @@ echod_call_t *echod_call_new(struct echod_server *server, struct echod_loop *loo
 void echod_call_retain(echod_call_t *call);
 void echod_call_release(echod_call_t *call);
 
-/* The one submit function: counts the step in echod_call_steps_total, then serializes it. */
-void echod_call_submit(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *msg);
-
 /*
  * Loop thread: submits whatever steps the transport state now makes due (start, on_ready,
  * messages while requested, half_close, closed). Never called from inside nghttp2 callbacks.
+ * Every step is submitted here, holding a reference (the inline runner takes none).
  */
 void echod_call_pump(echod_call_t *call);
+
+/* Loop thread, outside steps: makes on_ready due again (a health watch's status changed) and
+ * pumps, so that like every step it is submitted by the pump, which holds the call. */
+void echod_call_wake_ready(echod_call_t *call);
 
 /* --- for handlers (inside steps, any thread) --- */
 

@@ -111,7 +111,6 @@ static void inline_submit(echod_serializer_t *s, echod_step_t *step)
         return;
     }
     s->inline_busy = 1;
-    s->owner_retain(s);
     for (;;) {
         ECHOD_COUNT(echod_metrics.inline_runs);
         step->run(step);
@@ -122,7 +121,6 @@ static void inline_submit(echod_serializer_t *s, echod_step_t *step)
             s->iq_tail = NULL;
     }
     s->inline_busy = 0;
-    s->owner_release(s);
 }
 
 static void passthrough_run(echod_task_t *task)

@@ -8,14 +8,16 @@
  *    A drain that ends while work arrived re-dispatches (fresh CAS, fresh dispatch).
  *  - inline runner (SerializeReentrantCallsDirectExecutor): runs a step at once on the calling
  *    thread; a step submitted while one runs is queued and runs right after. No dispatch, no
- *    atomics: only legal when every submit comes from one thread (the loop).
+ *    atomics: only legal when every submit comes from one thread (the loop), and the submitter
+ *    holds the owner alive until submit returns (the call's pump does), so the runner takes no
+ *    reference of its own: that was two atomics per step on the floor arm.
  *  - pass-through (the "don't wrap sequential executors" proposal): each step is handed to an
  *    executor that already runs tasks one at a time in FIFO order (fixed, 1 thread), one
  *    dispatch per step and no serializer state at all.
  *
- * Lifetime: the serializer lives inside its owner (the call). It calls owner_retain when it
- * starts running steps and owner_release when it has stopped touching itself, so the owner
- * can be freed by the last step it runs.
+ * Lifetime: the serializer lives inside its owner (the call). The serializing and pass-through
+ * wrappers call owner_retain when they start running steps and owner_release when they have
+ * stopped touching themselves, so the owner can be freed by the last step they run.
  */
 #ifndef ECHOD_SERIALIZER_H
 #define ECHOD_SERIALIZER_H

@@ -134,7 +134,7 @@ static void wake_run(echod_loop_msg_t *m)
     wake_t *w = (wake_t *)m;
     /* io.closed is the loop's, and this is the loop: once set, the closed step may be queued */
     if (!w->call->io.closed)
-        echod_call_submit(w->call, ECHOD_STEP_ON_READY, NULL);
+        echod_call_wake_ready(w->call);
     echod_call_release(w->call);
     free(w);
 }
