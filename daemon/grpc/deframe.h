@@ -7,6 +7,10 @@
  *
  * Owned by one stream; called on that stream's loop thread only. Messages popped from it are
  * owned by the caller and may then move to any thread.
+ *
+ * Messages come from the calling thread's pool (echod_pool_thread_malloc: the loop's pool on a
+ * loop thread, malloc elsewhere) and echod_msg_free may be called on any thread: a message
+ * goes back to its loop's pool when freed on that loop's thread, to free() anywhere else.
  */
 #ifndef ECHOD_DEFRAME_H
 #define ECHOD_DEFRAME_H
@@ -27,6 +31,7 @@ struct echod_msg {
 echod_msg_t *echod_msg_new(uint32_t len);
 /* A copy of data as an uncompressed message. */
 echod_msg_t *echod_msg_from(const void *data, size_t len);
+/* Any thread; NULL is a no-op. */
 void echod_msg_free(echod_msg_t *msg);
 static inline uint8_t *echod_msg_payload(echod_msg_t *msg)
 {

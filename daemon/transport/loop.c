@@ -15,8 +15,14 @@
 #include "util/log.h"
 
 #define SAMPLE_MS 100
-/* what a loop keeps of freed nghttp2 blocks: a few hundred streams' worth */
-#define POOL_CAP_BYTES (512u * 1024u)
+/*
+ * What a loop keeps of freed blocks (class bytes; headers and malloc's overhead not counted):
+ * nghttp2's blocks of a few hundred streams, calls, and the gRPC messages of the reads of one
+ * loop iteration, which are freed together once the loop tail has written their echoes (a 64
+ * KiB read of 1 KiB messages is 64 blocks of 2 KiB, and an iteration may read from many
+ * connections). A loop holds on to at most this much after a burst, until it stops.
+ */
+#define POOL_CAP_BYTES (1024u * 1024u)
 
 static __thread echod_loop_t *current_loop;
 
@@ -271,6 +277,7 @@ static void *loop_main(void *arg)
     pthread_setname_np(pthread_self(), name);
     current_loop = loop;
     echod_pool_init(&loop->pool, POOL_CAP_BYTES);
+    echod_pool_bind_thread(&loop->pool); /* for the gRPC messages made and freed here */
     loop_setup(loop);
     /* from here other threads may post to this loop */
     pthread_mutex_lock(&loop->ready_mutex);
@@ -284,7 +291,9 @@ static void *loop_main(void *arg)
     while (!loop_finished(loop))
         h2o_evloop_run(loop->evloop, INT32_MAX);
     loop_teardown(loop);
-    echod_pool_dispose(&loop->pool); /* every session of this loop is gone with its connection */
+    /* every session and call of this loop is gone; messages still held by workers go to free() */
+    echod_pool_bind_thread(NULL);
+    echod_pool_dispose(&loop->pool);
     current_loop = NULL;
     return NULL;
 }

@@ -53,7 +53,7 @@ typedef struct echod_loop {
     struct echod_rest *rest;              /* the REST control arm on this loop, or NULL */
     int rest_done;                        /* its stop has finished (drain) */
     char stage[ECHOD_STAGE_NAME_MAX + 1]; /* the last echod-stage request header seen on this loop */
-    echod_pool_t pool;                    /* the allocator of this loop's nghttp2 sessions; loop thread only */
+    echod_pool_t pool;                    /* nghttp2 sessions, calls, gRPC messages (thread-bound); loop thread only */
     pthread_mutex_t ready_mutex;          /* start-up: the loop thread has built its evloop and queue */
     pthread_cond_t ready_cond;
     int ready;

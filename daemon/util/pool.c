@@ -3,16 +3,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* 16 bytes ahead of every block keep malloc's alignment and say which class it came from. */
+/*
+ * 16 bytes ahead of every block keep malloc's alignment and say which class it came from and,
+ * while it is allocated, which pool it came from. Any pool may keep any block of a class (each
+ * is a malloc'd HEADER + class size): the owner only decides who keeps it in echod_pool_release.
+ */
 #define HEADER      16
 #define CLASS_LARGE 0xff
 #define MIN_SHIFT   6
 
 struct echod_pool_block {
-    echod_pool_block_t *next; /* while on a freelist */
+    union {
+        echod_pool_block_t *next;  /* while on a freelist */
+        const echod_pool_t *owner; /* while allocated: its pool, NULL from malloc; compared, never read */
+    };
     uint8_t cls;
 };
 _Static_assert(sizeof(echod_pool_block_t) <= HEADER, "the block header fits in HEADER bytes");
+
+/*
+ * The pool bound to this thread (echod_pool_bind_thread), NULL on a thread with none. gRPC
+ * messages are made and freed on I/O loops and on workers alike, by code that does not know
+ * which thread it is on: like echod_loop_current() for the loop (loop.c), this thread-local says
+ * which pool, if any, the thread may use. An I/O loop binds its own pool in loop_main before it
+ * serves anything and unbinds it before disposing of it, so a block freed after that goes to
+ * free(); no other thread binds one.
+ */
+static __thread echod_pool_t *thread_pool;
 
 static unsigned class_of(size_t size)
 {
@@ -26,16 +43,33 @@ static size_t class_size(unsigned cls)
     return (size_t)1 << (cls + MIN_SHIFT);
 }
 
-/* A freelist hides use-after-free from AddressSanitizer: under it, nothing is kept. */
+/*
+ * A freelist hides use-after-free from AddressSanitizer: under it, nothing is kept. A class
+ * block is bigger than asked for, so the bytes past the size asked for are poisoned: an overflow
+ * is reported where a malloc of that size would have it reported.
+ */
 #if defined(__SANITIZE_ADDRESS__)
-#define POOL_KEEPS 0
+#define POOL_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
+#define POOL_ASAN 1
+#endif
+#endif
+#ifdef POOL_ASAN
+#include <sanitizer/asan_interface.h>
 #define POOL_KEEPS 0
-#endif
-#endif
-#ifndef POOL_KEEPS
+/* [p, p + size) usable, [p + size, p + room) poisoned */
+static void mark_usable(void *p, size_t size, size_t room)
+{
+    ASAN_UNPOISON_MEMORY_REGION(p, size);
+    ASAN_POISON_MEMORY_REGION((char *)p + size, room - size);
+}
+#else
 #define POOL_KEEPS 1
+static void mark_usable(void *p, size_t size, size_t room)
+{
+    (void)p, (void)size, (void)room;
+}
 #endif
 
 void echod_pool_init(echod_pool_t *pool, size_t cap_bytes)
@@ -56,24 +90,34 @@ void echod_pool_dispose(echod_pool_t *pool)
     pool->cached_bytes = 0;
 }
 
-void *echod_pool_malloc(echod_pool_t *pool, size_t size)
+/* A block from pool's freelist, else from malloc; pool NULL: from malloc, owned by no pool. */
+static inline void *block_alloc(echod_pool_t *pool, size_t size)
 {
     echod_pool_block_t *b;
     if (size > ECHOD_POOL_MAX_BLOCK) {
         if (size > SIZE_MAX - HEADER || (b = malloc(HEADER + size)) == NULL)
             return NULL;
         b->cls = CLASS_LARGE;
-        return (char *)b + HEADER;
+    } else {
+        /* a class's size even without a pool: a pool may keep the block (echod_pool_free), and
+         * glibc's thread cache hands blocks of the same size round between loops and workers */
+        unsigned cls = class_of(size);
+        if (pool != NULL && (b = pool->free[cls]) != NULL) {
+            pool->free[cls] = b->next;
+            pool->cached_bytes -= class_size(cls);
+        } else if ((b = malloc(HEADER + class_size(cls))) == NULL) {
+            return NULL;
+        }
+        b->cls = (uint8_t)cls;
+        mark_usable((char *)b + HEADER, size, class_size(cls));
     }
-    unsigned cls = class_of(size);
-    if ((b = pool->free[cls]) != NULL) {
-        pool->free[cls] = b->next;
-        pool->cached_bytes -= class_size(cls);
-    } else if ((b = malloc(HEADER + class_size(cls))) == NULL) {
-        return NULL;
-    }
-    b->cls = (uint8_t)cls;
+    b->owner = pool;
     return (char *)b + HEADER;
+}
+
+void *echod_pool_malloc(echod_pool_t *pool, size_t size)
+{
+    return block_alloc(pool, size);
 }
 
 void *echod_pool_calloc(echod_pool_t *pool, size_t n, size_t size)
@@ -103,6 +147,7 @@ void *echod_pool_realloc(echod_pool_t *pool, void *ptr, size_t size)
             return (char *)b + HEADER;
         }
     } else if (size <= class_size(b->cls)) {
+        mark_usable(ptr, size, class_size(b->cls));
         return ptr;
     }
     /* between a class and a large block: the old size is unknown for a large one, but it was
@@ -111,16 +156,15 @@ void *echod_pool_realloc(echod_pool_t *pool, void *ptr, size_t size)
     if (p == NULL)
         return NULL;
     size_t old = usable(b, size);
+    if (b->cls != CLASS_LARGE)
+        mark_usable(ptr, old, old); /* its whole class is copied: the bytes past the old size too */
     memcpy(p, ptr, old < size ? old : size);
     echod_pool_free(pool, ptr);
     return p;
 }
 
-void echod_pool_free(echod_pool_t *pool, void *ptr)
+static inline void block_free(echod_pool_t *pool, echod_pool_block_t *b)
 {
-    if (ptr == NULL)
-        return;
-    echod_pool_block_t *b = (echod_pool_block_t *)((char *)ptr - HEADER);
     unsigned cls = b->cls;
     if (cls == CLASS_LARGE || pool->cached_bytes + class_size(cls) > pool->cap_bytes) {
         free(b);
@@ -131,8 +175,44 @@ void echod_pool_free(echod_pool_t *pool, void *ptr)
     pool->cached_bytes += class_size(cls);
 }
 
+void echod_pool_free(echod_pool_t *pool, void *ptr)
+{
+    if (ptr != NULL)
+        block_free(pool, (echod_pool_block_t *)((char *)ptr - HEADER));
+}
+
 void echod_pool_free_foreign(void *ptr)
 {
     if (ptr != NULL)
         free((char *)ptr - HEADER);
+}
+
+void echod_pool_bind_thread(echod_pool_t *pool)
+{
+    thread_pool = pool;
+}
+
+echod_pool_t *echod_pool_thread(void)
+{
+    return thread_pool;
+}
+
+void *echod_pool_thread_malloc(size_t size)
+{
+    return block_alloc(thread_pool, size);
+}
+
+void echod_pool_release(void *ptr)
+{
+    if (ptr == NULL)
+        return;
+    echod_pool_block_t *b = (echod_pool_block_t *)((char *)ptr - HEADER);
+    echod_pool_t *pool = thread_pool;
+    /* only this thread pushes on its own pool; a block of any other (maybe disposed) pool, or of
+     * none, goes to free(). Were a pool made later at a disposed one's address, it may keep the
+     * disposed pool's blocks: any pool can keep any class block. */
+    if (pool != NULL && b->owner == pool)
+        block_free(pool, b);
+    else
+        free(b);
 }
