@@ -73,10 +73,7 @@ void echod_call_release(echod_call_t *call)
     echod_loop_t *loop = call->loop;
     echod_conn_release(call->conn);
     ECHOD_ADD(echod_metrics.calls_in_flight, -1);
-    if (on_own_loop(call))
-        echod_pool_free(&loop->pool, call);
-    else
-        echod_pool_free_foreign(call); /* a worker had the last reference */
+    echod_pool_release(call); /* to the loop's freelist on the loop; a worker's last reference frees it */
     atomic_fetch_sub_explicit(&loop->live_calls, 1, memory_order_release);
 }
 

@@ -181,12 +181,6 @@ void echod_pool_free(echod_pool_t *pool, void *ptr)
         block_free(pool, (echod_pool_block_t *)((char *)ptr - HEADER));
 }
 
-void echod_pool_free_foreign(void *ptr)
-{
-    if (ptr != NULL)
-        free((char *)ptr - HEADER);
-}
-
 void echod_pool_bind_thread(echod_pool_t *pool)
 {
     thread_pool = pool;

@@ -13,15 +13,14 @@
  *
  * Threads: a pool belongs to one thread, its owner. echod_pool_init, _dispose, _malloc,
  * _calloc, _realloc and _free are called on the owner only, and echod_pool_bind_thread binds a
- * pool to its owner (to one thread at most). Callable on any thread: echod_pool_free_foreign,
- * which touches no pool, and echod_pool_thread, _thread_malloc and _release, which touch the
- * calling thread's bound pool only, if it has one. A block may be freed on another thread than
- * the one that allocated it (with echod_pool_free_foreign or echod_pool_release), even after
- * its pool was disposed.
+ * pool to its owner (to one thread at most). Callable on any thread: echod_pool_thread,
+ * _thread_malloc and _release, which touch the calling thread's bound pool only, if it has one.
+ * A block may be freed on another thread than the one that allocated it (with
+ * echod_pool_release), even after its pool was disposed.
  *
  * A pool must outlive every block allocated from it that is given back with echod_pool_free
- * (dispose it after the last nghttp2 session using it); blocks given back with _free_foreign or
- * _release do not need it. A zeroed pool is valid and keeps nothing; so is every pool in an
+ * (dispose it after the last nghttp2 session using it); blocks given back with _release do not
+ * need it. A zeroed pool is valid and keeps nothing; so is every pool in an
  * AddressSanitizer build (there, the bytes of a block past the size asked for are poisoned, so
  * an overflow into its class's slack is still reported).
  */
@@ -46,8 +45,6 @@ void *echod_pool_calloc(echod_pool_t *pool, size_t n, size_t size);
 void *echod_pool_realloc(echod_pool_t *pool, void *ptr, size_t size);
 /* A block of any pool or of echod_pool_thread_malloc, kept on this pool's freelist up to the cap. */
 void echod_pool_free(echod_pool_t *pool, void *ptr);
-/* Any thread: gives a block of some pool back to malloc, without touching the pool. */
-void echod_pool_free_foreign(void *ptr);
 
 /*
  * The calling thread's pool, for allocations that do not know which thread they run on (gRPC

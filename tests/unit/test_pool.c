@@ -111,9 +111,9 @@ static void test_zeroed_pool_keeps_nothing(void)
     void *a = echod_pool_malloc(&pool, 32);
     echod_pool_free(&pool, a);
     CHECK(pool.cached_bytes == 0);
-    /* a block of a pool may go back to malloc from another thread */
-    echod_pool_free_foreign(echod_pool_malloc(&pool, 500));
-    echod_pool_free_foreign(NULL);
+    /* a block of a pool goes back to malloc from a thread it is not bound to */
+    echod_pool_release(echod_pool_malloc(&pool, 500));
+    echod_pool_release(NULL);
 }
 
 /* --- the thread's pool (echod_pool_bind_thread, _thread_malloc, _release) --- */
