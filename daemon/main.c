@@ -2,7 +2,9 @@
  * echod: start-up, signals and shutdown. The only file with process-wide state besides
  * metrics: the config, the server, the loops and the admin listener live here.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +144,16 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+
+    /* Before the first thread: every thread inherits the main thread's policy. */
+    if (cfg.dispatch.sched_policy == ECHOD_SCHED_BATCH) {
+        struct sched_param sp = {.sched_priority = 0};
+        if (sched_setscheduler(0, SCHED_BATCH, &sp) != 0) {
+            fprintf(stderr, "echod: dispatch.sched_policy: batch: sched_setscheduler(SCHED_BATCH): %s\n",
+                    strerror(errno));
+            return EXIT_CONFIG;
+        }
+    }
 
     int grpc_fds[64], rest_fds[64];
     unsigned nloops = cfg.io.event_loops;

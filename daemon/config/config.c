@@ -70,6 +70,7 @@ _Static_assert(offsetof(echod_method_work_t, method) == 0, "per_method items sta
 static const char *const exec_mode_names[] = {"direct", "fixed", "cached", "workstealing", NULL};
 static const char *const flush_names[] = {"loop_tail", "read_complete", "immediate", NULL};
 static const char *const serialize_names[] = {"auto", "always", NULL};
+static const char *const sched_policy_names[] = {"other", "batch", NULL};
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
 static const char *const log_format_names[] = {"text", "json", NULL};
 
@@ -189,6 +190,7 @@ static const key_def_t dispatch_keys[] = {
     {"merge_lookup_and_start", KEY_BOOL, FIELD(echod_config_t, dispatch.merge_lookup_and_start), 0, 0, NULL, NULL,
      NULL},
     {"coalesce_end_stream", KEY_BOOL, FIELD(echod_config_t, dispatch.coalesce_end_stream), 0, 0, NULL, NULL, NULL},
+    {"sched_policy", KEY_ENUM, FIELD(echod_config_t, dispatch.sched_policy), 0, 0, sched_policy_names, NULL, NULL},
     {"per_method", KEY_PER_METHOD, 0, 0, 0, 0, NULL, NULL, &exec_map},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
@@ -1689,6 +1691,11 @@ const char *echod_flush_name(echod_flush_t flush)
 const char *echod_serialize_name(echod_serialize_t s)
 {
     return (unsigned)s < 2 ? serialize_names[s] : "unknown";
+}
+
+const char *echod_sched_policy_name(echod_sched_policy_t p)
+{
+    return (unsigned)p < 2 ? sched_policy_names[p] : "unknown";
 }
 
 const char *echod_log_level_name(echod_log_level_t level)

@@ -53,6 +53,9 @@ typedef struct {
 } echod_method_work_t;
 
 typedef enum { ECHOD_SERIALIZE_AUTO = 0, ECHOD_SERIALIZE_ALWAYS } echod_serialize_t;
+/* The Linux scheduling policy of every echod thread: SCHED_OTHER, or SCHED_BATCH, under which a
+ * woken thread does not preempt the running one (a hand-off waits for the waker to block). */
+typedef enum { ECHOD_SCHED_OTHER = 0, ECHOD_SCHED_BATCH } echod_sched_policy_t;
 typedef enum { ECHOD_FLUSH_LOOP_TAIL = 0, ECHOD_FLUSH_READ_COMPLETE, ECHOD_FLUSH_IMMEDIATE } echod_flush_t;
 typedef enum { ECHOD_LOG_DEBUG = 0, ECHOD_LOG_INFO, ECHOD_LOG_WARN, ECHOD_LOG_ERROR } echod_log_level_t;
 typedef enum { ECHOD_LOG_TEXT = 0, ECHOD_LOG_JSON } echod_log_format_t;
@@ -111,6 +114,7 @@ typedef struct echod_config {
         echod_serialize_t serialize;
         bool merge_lookup_and_start;
         bool coalesce_end_stream;
+        echod_sched_policy_t sched_policy;
         echod_per_method_t *per_method;
         size_t per_method_count;
     } dispatch;
@@ -179,6 +183,7 @@ int echod_config_parse_duration(const char *s, uint64_t *ms);
 const char *echod_exec_mode_name(echod_exec_mode_t mode);
 const char *echod_flush_name(echod_flush_t flush);
 const char *echod_serialize_name(echod_serialize_t s);
+const char *echod_sched_policy_name(echod_sched_policy_t p);
 const char *echod_log_level_name(echod_log_level_t level);
 const char *echod_log_format_name(echod_log_format_t format);
 

@@ -847,6 +847,7 @@ static void render_build_info(mbuf_t *b)
         mbuf_label(b, 0, "merge_lookup_and_start", cfg->dispatch.merge_lookup_and_start ? "true" : "false");
         mbuf_label(b, 0, "coalesce_end_stream", cfg->dispatch.coalesce_end_stream ? "true" : "false");
         mbuf_label(b, 0, "flush", echod_flush_name(cfg->transport.flush));
+        mbuf_label(b, 0, "sched_policy", echod_sched_policy_name(cfg->dispatch.sched_policy));
         mbuf_label(b, 0, "config_sha256", cfg->sha256);
     }
     mbuf_puts(b, "} 1\n");

@@ -224,6 +224,58 @@ class Arms(unittest.TestCase):
                                         % (arm, m3.series("echod_executor_dispatches_total")))
 
 
+SCHED_OTHER, SCHED_BATCH = 0, 3  # policy, field 41 of /proc/PID/task/TID/stat
+
+
+def thread_policies(pid):
+    """{thread name: scheduling policy} of every thread of pid."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                stat = f.read()
+        except OSError:
+            continue  # a cached worker that just exited
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        out["%s/%s" % (name, tid)] = int(stat[stat.rindex(")") + 2:].split()[38])
+    return out
+
+
+class SchedPolicy(unittest.TestCase):
+    """dispatch.sched_policy: every thread runs under the policy (the loop, the workers, admin), and
+    the dispatch model's counts do not change with it: same steps and dispatches per call."""
+
+    def run_fixed(self, policy):
+        calls = 100
+        with Daemon(config=os.path.join(ARMS_DIR, "fixed.yaml"),
+                    sets=["dispatch.sched_policy=" + policy, "executor.threads=2"]) as d:
+            m0 = d.metrics()
+            ch = d.channel()
+            stub = EchoStub(ch)
+            for i in range(calls):
+                stub.UnaryEcho("p%d" % i, timeout=T)
+            ch.close()
+            m1 = d.wait_metrics(lambda m: metric_delta(m, m0, "echod_call_steps_total", step="closed") >= calls,
+                                what="calls closed")
+            labels = m1.series("echod_build_info")[0][0]
+            self.assertEqual(labels.get("sched_policy"), policy)
+            policies = thread_policies(d.proc.pid)
+            self.assertGreaterEqual(len([n for n in policies if n.startswith("echod-fixed")]), 2, policies)
+            want = SCHED_BATCH if policy == "batch" else SCHED_OTHER
+            self.assertEqual({n: p for n, p in policies.items() if p != want}, {}, "threads off %s" % policy)
+            return (metric_delta(m1, m0, "echod_call_steps_total"),
+                    metric_delta(m1, m0, "echod_executor_dispatches_total"))
+
+    def test_batch_and_other_count_the_same(self):
+        other = self.run_fixed("other")
+        batch = self.run_fixed("batch")
+        # fixed, 2 threads: a serializing executor, 6 steps per call and N..6N dispatches (how
+        # many steps one drain takes depends on timing, under either policy)
+        for steps, dispatches in (other, batch):
+            self.assertEqual(steps, 600)
+            self.assertTrue(100 <= dispatches <= 600, (other, batch))
+
+
 def _make_test(path):
     def test(self):
         self.run_arm(path)

@@ -29,7 +29,8 @@ DEFAULT_CONFIG = os.path.join(ROOT, "config", "echod.yaml")
 METHOD = "/grpc.examples.echo.Echo/UnaryEcho"
 
 # Bad values by the kind of key, as YAML text. Every scalar key also gets a sequence and a mapping.
-ENUMS = {"transport.flush", "executor.mode", "dispatch.serialize", "log.level", "log.format"}
+ENUMS = {"transport.flush", "executor.mode", "dispatch.serialize", "dispatch.sched_policy", "log.level",
+         "log.format"}
 HOSTPORTS = {"listen.grpc", "listen.admin", "listen.rest"}
 DURATION_RE = re.compile(r"^\d+(ms|s|m)$")
 BAD = {

@@ -144,6 +144,7 @@ static void test_defaults(void)
     CHECK(def.executor.keep_alive_ms == 60000);
     CHECK(def.dispatch.serialize == ECHOD_SERIALIZE_AUTO);
     CHECK(!def.dispatch.merge_lookup_and_start && !def.dispatch.coalesce_end_stream);
+    CHECK(def.dispatch.sched_policy == ECHOD_SCHED_OTHER);
     CHECK(def.dispatch.per_method_count == 0 && def.dispatch.per_method == NULL);
     CHECK(def.echo.server_streaming_count == 10);
     CHECK(def.work.allow_metadata_overrides);
@@ -259,22 +260,23 @@ static void test_arms(void)
 static void test_values(void)
 {
     echod_config_t cfg;
-    CHECK(load_ok("arm: x\n"
-                  "listen: {grpc: \"[::1]:1\", admin: \"*:65535\"}\n"
-                  "tls: {cert: /a.pem, key: /b.pem}\n"
-                  "io: {event_loops: 64}\n"
-                  "transport:\n"
-                  "  max_concurrent_streams: 2147483647\n"
-                  "  max_receive_message_bytes: 1\n"
-                  "  initial_window_bytes: 65535\n"
-                  "  max_send_buffer_bytes: 1073741824\n"
-                  "  flush: immediate\n"
-                  "executor: {mode: workstealing, threads: 1024, max_threads: 4096, keep_alive: 250}\n"
-                  "dispatch: {serialize: always, merge_lookup_and_start: yes, coalesce_end_stream: On}\n"
-                  "echo: {server_streaming_count: 100000}\n"
-                  "shutdown: {drain_timeout: 1440m}\n"
-                  "log: {level: error, format: json}\n",
-                  &cfg));
+    CHECK(load_ok(
+        "arm: x\n"
+        "listen: {grpc: \"[::1]:1\", admin: \"*:65535\"}\n"
+        "tls: {cert: /a.pem, key: /b.pem}\n"
+        "io: {event_loops: 64}\n"
+        "transport:\n"
+        "  max_concurrent_streams: 2147483647\n"
+        "  max_receive_message_bytes: 1\n"
+        "  initial_window_bytes: 65535\n"
+        "  max_send_buffer_bytes: 1073741824\n"
+        "  flush: immediate\n"
+        "executor: {mode: workstealing, threads: 1024, max_threads: 4096, keep_alive: 250}\n"
+        "dispatch: {serialize: always, merge_lookup_and_start: yes, coalesce_end_stream: On, sched_policy: batch}\n"
+        "echo: {server_streaming_count: 100000}\n"
+        "shutdown: {drain_timeout: 1440m}\n"
+        "log: {level: error, format: json}\n",
+        &cfg));
     CHECK(strcmp(cfg.arm, "x") == 0);
     CHECK(strcmp(cfg.listen.grpc, "[::1]:1") == 0 && strcmp(cfg.listen.admin, "*:65535") == 0);
     CHECK(strcmp(cfg.tls.cert, "/a.pem") == 0 && strcmp(cfg.tls.key, "/b.pem") == 0);
@@ -288,6 +290,7 @@ static void test_values(void)
     CHECK(cfg.executor.max_threads == 4096 && cfg.executor.keep_alive_ms == 250);
     CHECK(cfg.dispatch.serialize == ECHOD_SERIALIZE_ALWAYS);
     CHECK(cfg.dispatch.merge_lookup_and_start && cfg.dispatch.coalesce_end_stream);
+    CHECK(cfg.dispatch.sched_policy == ECHOD_SCHED_BATCH);
     CHECK(cfg.echo.server_streaming_count == 100000);
     CHECK(cfg.shutdown.drain_timeout_ms == 86400000);
     CHECK(cfg.log.level == ECHOD_LOG_ERROR && cfg.log.format == ECHOD_LOG_JSON);
