@@ -1,4 +1,5 @@
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "grpc/deframe.h"
 #include "util/pool.h"
@@ -35,8 +36,9 @@ static echod_msg_t *deframe_alloc(uint32_t len)
 echod_msg_t *echod_msg_new(uint32_t len)
 {
     echod_msg_t *msg = deframe_alloc(len);
-    if (msg != NULL)
-        deframe_write_prefix(msg->frame, 0, len);
+    if (msg == NULL)
+        abort(); /* a response the handler must send: nothing sensible to do without memory */
+    deframe_write_prefix(msg->frame, 0, len);
     return msg;
 }
 

@@ -27,9 +27,11 @@ struct echod_msg {
     uint8_t frame[];   /* ECHOD_GRPC_PREFIX + len bytes: flag, length, payload */
 };
 
-/* A message whose payload is `len` bytes, prefix filled in (flag 0), payload uninitialised. */
+/* A message whose payload is `len` bytes, prefix filled in (flag 0), payload uninitialised.
+ * For handlers: out of memory aborts, as for every per-call allocation outside the deframer
+ * (which turns a message it cannot hold into RESOURCE_EXHAUSTED). */
 echod_msg_t *echod_msg_new(uint32_t len);
-/* A copy of data as an uncompressed message. */
+/* A copy of data as an uncompressed message; NULL when len does not fit a gRPC frame (4 GiB). */
 echod_msg_t *echod_msg_from(const void *data, size_t len);
 /* Any thread; NULL is a no-op. */
 void echod_msg_free(echod_msg_t *msg);

@@ -24,6 +24,7 @@
 
 echod_metrics_t echod_metrics;
 _Thread_local echod_metrics_t *echod_metrics_shard;
+static _Thread_local int shard_tried; /* the thread asked for one: without a shard, it stays shared */
 
 /* Shards are never freed: a thread that exits leaves its counts behind for the next one. */
 static pthread_once_t shards_once = PTHREAD_ONCE_INIT;
@@ -181,7 +182,7 @@ echod_exec_metrics_t *echod_metrics_add_exec(const char *name, const struct echo
 static void shard_release(void *value)
 {
     echod_metrics_t *shard = value;
-    echod_metrics_shard = &echod_metrics; /* a later key destructor's update goes to the shared instance */
+    echod_metrics_shard = NULL; /* a later key destructor's update goes to the shared instance */
     pthread_mutex_lock(&shards_mutex);
     size_t n = atomic_load_explicit(&nshards, memory_order_relaxed);
     for (size_t i = 0; i < n; i++)
@@ -225,16 +226,16 @@ size_t echod_metrics_shard_count(void)
 
 void echod_metrics_add_shared(_Atomic uint64_t *field, uint64_t n)
 {
-    if (echod_metrics_shard == NULL) {
+    if (!shard_tried) {
         /* this thread's first update: from now on it has a shard, or never will */
+        shard_tried = 1;
         pthread_once(&shards_once, shards_key_create);
         echod_metrics_t *shard = shard_take();
         if (shard != NULL && pthread_setspecific(shards_key, shard) != 0) {
             shard_release(shard);
             shard = NULL;
         }
-        echod_metrics_shard = shard != NULL ? shard : &echod_metrics;
-        if (shard != NULL) {
+        if ((echod_metrics_shard = shard) != NULL) {
             echod_metrics_add_u64(field, n);
             return;
         }

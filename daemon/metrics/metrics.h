@@ -145,7 +145,7 @@ extern echod_metrics_t echod_metrics;
 
 #define ECHOD_METRICS_MAX_SHARDS 64
 
-/* The calling thread's shard; NULL before its first update; &echod_metrics when it has none. */
+/* The calling thread's shard, or NULL (before its first update, or none to have). */
 extern _Thread_local echod_metrics_t *echod_metrics_shard;
 
 /* Any thread: a counter or gauge of echod_metrics as a scrape shows it (every shard added in). */
@@ -213,7 +213,7 @@ static inline void *echod_metrics_twin(const volatile void *field)
 
 static inline void echod_metrics_add_u64(_Atomic uint64_t *field, uint64_t n)
 {
-    if (echod_metrics_shard == NULL || echod_metrics_shard == &echod_metrics) {
+    if (echod_metrics_shard == NULL) {
         echod_metrics_add_shared(field, n);
         return;
     }

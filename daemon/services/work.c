@@ -188,6 +188,8 @@ echod_msg_t *echod_work_reshape_echo(echod_msg_t *req, int64_t response_bytes)
     echod_msg_free(req);
     size_t want = (size_t)response_bytes, have = in != NULL ? strlen(in->message) : 0;
     char *text = malloc(want + 1);
+    if (text == NULL)
+        abort(); /* want is capped by work.max_response_bytes */
     size_t keep = have < want ? have : want;
     /* never cut a UTF-8 sequence: back up to a lead byte, then pad */
     while (keep > 0 && keep < have && ((unsigned char)in->message[keep] & 0xC0) == 0x80)
