@@ -69,7 +69,7 @@ void echod_call_release(echod_call_t *call)
     free(call->io.hdr.work_error);
     free(call->work_error);
     if (call->admitted)
-        echod_metrics_add_admitted(-1, call->server->cfg->limits.max_calls_in_flight != 0);
+        echod_metrics_add_admitted(-1);
     echod_loop_t *loop = call->loop;
     echod_conn_release(call->conn);
     ECHOD_ADD(echod_metrics.calls_in_flight, -1);
@@ -364,8 +364,7 @@ void echod_call_pump(echod_call_t *call)
         call->io.repump = 1;
         return;
     }
-    call->io.pumping = 1;
-    call->io.chain_ns = 0;
+    call->io.pumping = 1; /* chain_ns is 0: only a pump sets it, and it clears it on the way out */
     echod_call_retain(call);
     do {
         call->io.repump = 0;

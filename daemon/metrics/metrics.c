@@ -224,7 +224,7 @@ size_t echod_metrics_shard_count(void)
     return atomic_load_explicit(&nshards, memory_order_acquire);
 }
 
-void echod_metrics_add_shared(_Atomic uint64_t *field, uint64_t n)
+void echod_metrics_add_slow(_Atomic uint64_t *field, uint64_t n)
 {
     if (!shard_tried) {
         /* this thread's first update: from now on it has a shard, or never will */
@@ -241,6 +241,14 @@ void echod_metrics_add_shared(_Atomic uint64_t *field, uint64_t n)
         }
     }
     atomic_fetch_add_explicit(field, n, memory_order_relaxed);
+}
+
+void echod_metrics_add_admitted(int64_t n)
+{
+    if (metrics_cfg != NULL && metrics_cfg->limits.max_calls_in_flight != 0)
+        atomic_fetch_add_explicit(&echod_metrics.calls_admitted, n, memory_order_relaxed);
+    else
+        ECHOD_ADD(echod_metrics.calls_admitted, n);
 }
 
 void echod_histogram_observe(echod_histogram_t *h, uint64_t value)

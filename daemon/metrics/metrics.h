@@ -154,8 +154,9 @@ uint64_t echod_metrics_value(const _Atomic uint64_t *field);
 /* Shards handed out so far (for tests): the most threads that updated metrics at once, capped. */
 size_t echod_metrics_shard_count(void);
 
-/* Any thread: the slow path of an update (no shard yet, or none to have): an atomic add. */
-void echod_metrics_add_shared(_Atomic uint64_t *field, uint64_t n);
+/* Any thread: the slow path of an update: the thread's first takes it a shard; without one, an
+ * atomic add on the shared instance. */
+void echod_metrics_add_slow(_Atomic uint64_t *field, uint64_t n);
 
 /*
  * Main thread, before any other thread starts: zeroes every metric, sets up the histograms and
@@ -206,7 +207,7 @@ void echod_metrics_observe_queue_wait(void *ctx, uint64_t wait_ns);
 char *echod_metrics_render(size_t *len);
 
 /* `field` is a member of echod_metrics; its twin in the thread's shard is at the same offset. */
-static inline void *echod_metrics_twin(const volatile void *field)
+static inline void *echod_metrics_twin(const void *field)
 {
     return (void *)((uintptr_t)echod_metrics_shard + ((uintptr_t)field - (uintptr_t)&echod_metrics));
 }
@@ -214,7 +215,7 @@ static inline void *echod_metrics_twin(const volatile void *field)
 static inline void echod_metrics_add_u64(_Atomic uint64_t *field, uint64_t n)
 {
     if (echod_metrics_shard == NULL) {
-        echod_metrics_add_shared(field, n);
+        echod_metrics_add_slow(field, n);
         return;
     }
     _Atomic uint64_t *own = echod_metrics_twin(field); /* one writer: no lock prefix needed */
@@ -233,13 +234,8 @@ static inline void echod_metrics_add_i64(_Atomic int64_t *field, int64_t n)
     _Generic(&(field), _Atomic int64_t * : echod_metrics_add_i64, default : echod_metrics_add_u64)(&(field), (n))
 #define ECHOD_COUNT(field) ECHOD_ADD(field, 1)
 
-/* calls_admitted, +1 or -1: shared when limits.max_calls_in_flight (`limited`) reads it per call. */
-static inline void echod_metrics_add_admitted(int64_t n, int limited)
-{
-    if (limited)
-        atomic_fetch_add_explicit(&echod_metrics.calls_admitted, n, memory_order_relaxed);
-    else
-        ECHOD_ADD(echod_metrics.calls_admitted, n);
-}
+/* calls_admitted, +1 or -1: a shared atomic when limits.max_calls_in_flight is set (the limit
+ * reads it per call), else like any gauge. Any thread. */
+void echod_metrics_add_admitted(int64_t n);
 
 #endif

@@ -736,7 +736,7 @@ static void request_headers_done(echod_call_t *call)
             return;
         }
         call->admitted = 1;
-        echod_metrics_add_admitted(1, limit != 0);
+        echod_metrics_add_admitted(1);
     }
     if (server->cfg->work.allow_metadata_overrides) {
         call->work_error = call->io.hdr.work_error;

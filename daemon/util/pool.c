@@ -90,8 +90,7 @@ void echod_pool_dispose(echod_pool_t *pool)
     pool->cached_bytes = 0;
 }
 
-/* A block from pool's freelist, else from malloc; pool NULL: from malloc, owned by no pool. */
-static inline void *block_alloc(echod_pool_t *pool, size_t size)
+void *echod_pool_malloc(echod_pool_t *pool, size_t size)
 {
     echod_pool_block_t *b;
     if (size > ECHOD_POOL_MAX_BLOCK) {
@@ -113,11 +112,6 @@ static inline void *block_alloc(echod_pool_t *pool, size_t size)
     }
     b->owner = pool;
     return (char *)b + HEADER;
-}
-
-void *echod_pool_malloc(echod_pool_t *pool, size_t size)
-{
-    return block_alloc(pool, size);
 }
 
 void *echod_pool_calloc(echod_pool_t *pool, size_t n, size_t size)
@@ -186,14 +180,9 @@ void echod_pool_bind_thread(echod_pool_t *pool)
     thread_pool = pool;
 }
 
-echod_pool_t *echod_pool_thread(void)
-{
-    return thread_pool;
-}
-
 void *echod_pool_thread_malloc(size_t size)
 {
-    return block_alloc(thread_pool, size);
+    return echod_pool_malloc(thread_pool, size);
 }
 
 void echod_pool_release(void *ptr)

@@ -13,8 +13,8 @@
  *
  * Threads: a pool belongs to one thread, its owner. echod_pool_init, _dispose, _malloc,
  * _calloc, _realloc and _free are called on the owner only, and echod_pool_bind_thread binds a
- * pool to its owner (to one thread at most). Callable on any thread: echod_pool_thread,
- * _thread_malloc and _release, which touch the calling thread's bound pool only, if it has one.
+ * pool to its owner (to one thread at most). Callable on any thread: echod_pool_thread_malloc
+ * and _release, which touch the calling thread's bound pool only, if it has one.
  * A block may be freed on another thread than the one that allocated it (with
  * echod_pool_release), even after its pool was disposed.
  *
@@ -40,6 +40,8 @@ void echod_pool_init(echod_pool_t *pool, size_t cap_bytes);
 /* Frees the cached blocks. Unbind the pool (echod_pool_bind_thread(NULL)) first if it is bound. */
 void echod_pool_dispose(echod_pool_t *pool);
 
+/* A block from pool's freelist, else from malloc; pool NULL (any thread): from malloc, owned by
+ * no pool, of a class's size all the same so that a pool may keep it. */
 void *echod_pool_malloc(echod_pool_t *pool, size_t size);
 void *echod_pool_calloc(echod_pool_t *pool, size_t n, size_t size);
 void *echod_pool_realloc(echod_pool_t *pool, void *ptr, size_t size);
@@ -53,8 +55,6 @@ void echod_pool_free(echod_pool_t *pool, void *ptr);
  * none. Owning thread of `pool` (or any thread, with NULL).
  */
 void echod_pool_bind_thread(echod_pool_t *pool);
-/* The pool bound to the calling thread, or NULL. Any thread. */
-echod_pool_t *echod_pool_thread(void);
 
 /*
  * Any thread: a block from the calling thread's bound pool, or from malloc on a thread with

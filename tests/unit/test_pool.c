@@ -137,9 +137,7 @@ static void test_owner_reuses(void)
 {
     echod_pool_t pool;
     echod_pool_init(&pool, 1 << 20);
-    CHECK(echod_pool_thread() == NULL);
     echod_pool_bind_thread(&pool);
-    CHECK(echod_pool_thread() == &pool);
     unsigned char *a = echod_pool_thread_malloc(100);
     CHECK(a != NULL && ((uintptr_t)a & 15) == 0);
     fill(a, 100, 3);
@@ -161,22 +159,27 @@ static void test_owner_reuses(void)
     echod_pool_release(a);
     echod_pool_release(NULL);
     echod_pool_bind_thread(NULL);
-    CHECK(echod_pool_thread() == NULL);
+    /* unbound: neither allocated from the pool nor kept by it */
+    size_t cached = pool.cached_bytes;
+    echod_pool_release(echod_pool_thread_malloc(100));
+    CHECK(pool.cached_bytes == cached);
     echod_pool_dispose(&pool);
 }
 
 typedef struct {
     void *block;
     echod_pool_t *own; /* bound on the thread first, unless NULL */
-    echod_pool_t *seen;
+    size_t own_kept;   /* what own kept of a block of its own made and freed there: the binding works */
 } foreign_t;
 
 static void *release_there(void *arg)
 {
     foreign_t *f = arg;
-    if (f->own != NULL)
+    if (f->own != NULL) {
         echod_pool_bind_thread(f->own);
-    f->seen = echod_pool_thread();
+        echod_pool_release(echod_pool_thread_malloc(64));
+        f->own_kept = f->own->cached_bytes;
+    }
     echod_pool_release(f->block);
     echod_pool_bind_thread(NULL);
     return NULL;
@@ -192,19 +195,18 @@ static void test_foreign_thread_frees(void)
     echod_pool_release(echod_pool_thread_malloc(200));
 
     /* a thread with no pool: free(), the owning pool untouched */
-    foreign_t f = {echod_pool_thread_malloc(100), NULL, &pool};
+    foreign_t f = {echod_pool_thread_malloc(100), NULL, 0};
     memcpy(&before, &pool, sizeof(pool));
     on_other_thread(release_there, &f);
-    CHECK(f.seen == NULL);
     CHECK(memcmp(&before, &pool, sizeof(pool)) == 0);
 
     /* a thread with a pool of its own (another loop): free(), neither pool keeps it */
-    f = (foreign_t){echod_pool_thread_malloc(100), &other, NULL};
+    f = (foreign_t){echod_pool_thread_malloc(100), &other, 0};
     memcpy(&before, &pool, sizeof(pool));
     on_other_thread(release_there, &f);
-    CHECK(f.seen == &other);
+    CHECK(f.own_kept == (keeps() ? 64u : 0u));
     CHECK(memcmp(&before, &pool, sizeof(pool)) == 0);
-    CHECK(other.cached_bytes == 0);
+    CHECK(other.cached_bytes == f.own_kept);
 
     echod_pool_bind_thread(NULL);
     echod_pool_dispose(&pool);
@@ -218,9 +220,9 @@ static void test_foreign_thread_frees(void)
     echod_pool_dispose(gone);
     free(gone);
     echod_pool_release(late); /* the owning thread, after the unbinding */
-    f = (foreign_t){later, &other, NULL};
+    f = (foreign_t){later, &other, 0};
     on_other_thread(release_there, &f); /* a thread with another pool */
-    CHECK(other.cached_bytes == 0);
+    CHECK(other.cached_bytes == f.own_kept);
     echod_pool_dispose(&other);
 }
 
