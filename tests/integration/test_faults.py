@@ -145,8 +145,9 @@ class KillClients(unittest.TestCase):
             if not SANITIZER:
                 self.assertLess(grew, 6 * MiB, "RSS grew by %.1f MiB" % (grew / MiB))
             self.check_methods(d)
-            m = d.metrics()
-            self.assertEqual(m.metric("echod_calls_in_flight"), 0)
+            # every killed call closed: the gauge settles at 0 (a call's `closed` step runs just
+            # after its trailers are written, so the last check's call may still be finishing)
+            d.wait_idle()
 
     def test_direct(self):
         self.run_mode("direct")
