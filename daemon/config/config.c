@@ -627,6 +627,112 @@ static void path_pop(apply_ctx_t *ctx, size_t len)
     ctx->path[len] = '\0';
 }
 
+/*
+ * Origins: where each key written by a file or --set got its value. Errors that only the whole
+ * config can reveal (finish, the method registry) use them to name a line as load errors do.
+ */
+struct echod_config_origin {
+    char *key;    /* dotted path, as ctx->path */
+    char *where;  /* "FILE:LINE:COL" or "--set" */
+    uint64_t seq; /* order of writing: of two keys in one error, the one written last is named */
+};
+
+/* Records that the key at ctx->path is being written, from `node` of a file or from --set. */
+static void note_origin(apply_ctx_t *ctx, const yaml_node_t *node)
+{
+    echod_config_t *cfg = ctx->cfg;
+    char where[320];
+    if (ctx->file != NULL)
+        snprintf(where, sizeof(where), "%s:%zu:%zu", ctx->file, node->start_mark.line + 1, node->start_mark.column + 1);
+    else
+        snprintf(where, sizeof(where), "--set");
+    uint64_t seq = 1;
+    struct echod_config_origin *o = NULL;
+    for (size_t i = 0; i < cfg->origin_count; i++) {
+        if (cfg->origins[i].seq >= seq)
+            seq = cfg->origins[i].seq + 1;
+        if (strcmp(cfg->origins[i].key, ctx->path) == 0)
+            o = &cfg->origins[i];
+    }
+    if (o == NULL) {
+        cfg->origins = xrealloc(cfg->origins, (cfg->origin_count + 1) * sizeof(*o));
+        o = &cfg->origins[cfg->origin_count++];
+        o->key = xstrdup(ctx->path);
+    } else {
+        free(o->where);
+    }
+    o->where = xstrdup(where);
+    o->seq = seq;
+}
+
+/* The key itself, else the last written key below it (a --set of one field of a new entry). */
+static const struct echod_config_origin *origin_at_or_below(const echod_config_t *cfg, const char *key)
+{
+    const struct echod_config_origin *below = NULL;
+    size_t n = strlen(key);
+    for (size_t i = 0; i < cfg->origin_count; i++) {
+        const struct echod_config_origin *o = &cfg->origins[i];
+        if (strcmp(o->key, key) == 0)
+            return o;
+        if (strncmp(o->key, key, n) == 0 && o->key[n] == '.' && (below == NULL || o->seq > below->seq))
+            below = o;
+    }
+    return below;
+}
+
+/* As origin_at_or_below, else the nearest enclosing key that was written. */
+static const struct echod_config_origin *find_origin(const echod_config_t *cfg, const char *key)
+{
+    const struct echod_config_origin *o = origin_at_or_below(cfg, key);
+    char path[512];
+    snprintf(path, sizeof(path), "%s", key);
+    /* A method path's own dots cut it into prefixes that match nothing, which is harmless. */
+    for (char *dot; o == NULL && (dot = strrchr(path, '.')) != NULL;) {
+        *dot = '\0';
+        for (size_t i = 0; i < cfg->origin_count && o == NULL; i++)
+            if (strcmp(cfg->origins[i].key, path) == 0)
+                o = &cfg->origins[i];
+    }
+    return o;
+}
+
+const char *echod_config_where(const echod_config_t *cfg, const char *key, char *buf, size_t cap)
+{
+    const struct echod_config_origin *o = find_origin(cfg, key);
+    snprintf(buf, cap, "%s", o != NULL ? o->where : cfg->source[0] != '\0' ? cfg->source : "(built-in defaults)");
+    return buf;
+}
+
+/* For an error about two keys: where the one written last got its value. */
+static const char *where_either(const echod_config_t *cfg, const char *a, const char *b, char *buf, size_t cap)
+{
+    const struct echod_config_origin *oa = origin_at_or_below(cfg, a), *ob = origin_at_or_below(cfg, b);
+    if (oa == NULL || (ob != NULL && ob->seq > oa->seq))
+        return echod_config_where(cfg, ob != NULL ? b : a, buf, cap);
+    return echod_config_where(cfg, a, buf, cap);
+}
+
+static void free_origins(echod_config_t *cfg)
+{
+    for (size_t i = 0; i < cfg->origin_count; i++) {
+        free(cfg->origins[i].key);
+        free(cfg->origins[i].where);
+    }
+    free(cfg->origins);
+    cfg->origins = NULL;
+    cfg->origin_count = 0;
+}
+
+static void copy_origins(echod_config_t *dst, const echod_config_t *src)
+{
+    dst->origins = src->origin_count != 0 ? xrealloc(NULL, src->origin_count * sizeof(*dst->origins)) : NULL;
+    for (size_t i = 0; i < src->origin_count; i++) {
+        dst->origins[i].key = xstrdup(src->origins[i].key);
+        dst->origins[i].where = xstrdup(src->origins[i].where);
+        dst->origins[i].seq = src->origins[i].seq;
+    }
+}
+
 /* An empty plain scalar, "~" or "null": written as `key:` with nothing after it. */
 static int is_null(const yaml_node_t *node)
 {
@@ -789,7 +895,10 @@ static int apply_section(apply_ctx_t *ctx, const key_def_t *section, char *base,
                            saved ? section->name : "", keys);
                 return -1;
             }
-            if (apply_node(ctx, child, base, yaml_document_get_node(ctx->doc, pair->value)) != 0)
+            yaml_node_t *value = yaml_document_get_node(ctx->doc, pair->value);
+            /* a value where it is written; a mapping where its key is (its own keys note themselves) */
+            note_origin(ctx, value->type == YAML_SCALAR_NODE ? value : k);
+            if (apply_node(ctx, child, base, value) != 0)
                 return -1;
             path_pop(ctx, saved);
         }
@@ -940,6 +1049,7 @@ static int apply_per_method(apply_ctx_t *ctx, const key_def_t *key, yaml_node_t 
             return -1;
         const char *method = (const char *)k->data.scalar.value;
         size_t saved = path_push(ctx, method);
+        note_origin(ctx, k);
         if (check_method_name(ctx, k, method) != 0 ||
             apply_method_entry(ctx, key->map, method, yaml_document_get_node(ctx->doc, pair->value)) != 0)
             return -1;
@@ -1037,6 +1147,7 @@ static void copy_config(echod_config_t *dst, const echod_config_t *src)
     dst->tls.key = xstrdup(src->tls.key);
     for (size_t m = 0; m < NMAPS; m++)
         copy_entries(dst, src, all_maps[m]);
+    copy_origins(dst, src);
 }
 
 static void commit_config(echod_config_t *cfg, echod_config_t *work)
@@ -1104,6 +1215,7 @@ void echod_config_free(echod_config_t *cfg)
     free(cfg->tls.key);
     for (size_t m = 0; m < NMAPS; m++)
         clear_entries(cfg, all_maps[m]);
+    free_origins(cfg);
     memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -1353,6 +1465,8 @@ int echod_config_set(echod_config_t *cfg, const char *assignment, char *err, siz
     }
     ctx.doc = &doc;
     int ret = -1;
+    if (node != NULL)
+        note_origin(&ctx, node);
     if (node == NULL) {
         set_err(err, errlen, "--set %s: out of memory", path);
     } else if (t.map != NULL && t.key == t.map->entry) {
@@ -1509,20 +1623,28 @@ static int listeners_overlap(const char *host_a, uint16_t port_a, const char *ho
     return port_a == port_b && (is_any_host(host_a) || is_any_host(host_b) || strcmp(host_a, host_b) == 0);
 }
 
+/* echod_config_where of PATH.FIELD */
+static const char *where_field(const echod_config_t *cfg, const char *path, const char *field, char *buf, size_t cap)
+{
+    char key[512];
+    snprintf(key, sizeof(key), "%s.%s", path, field);
+    return echod_config_where(cfg, key, buf, cap);
+}
+
 /*
  * One work entry (work.defaults or a per_method one) against the ranges and the caps of `work`.
  * The ranges were checked on the way in; they are checked again because a caller may have written
  * the struct directly.
  */
-static int check_work(const echod_config_t *cfg, const char *src, const char *path, const echod_work_t *w, char *err,
-                      size_t errlen)
+static int check_work(const echod_config_t *cfg, const char *path, const echod_work_t *w, char *err, size_t errlen)
 {
-    char cap[64];
+    char cap[64], at[320];
     if (w->response_bytes < -1 || w->response_bytes > (int64_t)cfg->work.max_response_bytes) {
         set_err(err, errlen,
                 "%s: %s.response_bytes: %lld is outside -1..%u, where the top is work.max_response_bytes; raise "
                 "work.max_response_bytes or lower the value",
-                src, path, (long long)w->response_bytes, cfg->work.max_response_bytes);
+                where_field(cfg, path, "response_bytes", at, sizeof(at)), path, (long long)w->response_bytes,
+                cfg->work.max_response_bytes);
         return -1;
     }
     if (cfg->work.max_cpu_ms < UINT64_MAX / 1000 && w->cpu_us > cfg->work.max_cpu_ms * 1000) {
@@ -1530,7 +1652,8 @@ static int check_work(const echod_config_t *cfg, const char *src, const char *pa
         set_err(err, errlen,
                 "%s: %s.cpu_us: %u us is more than work.max_cpu allows (%s = %llu us); raise work.max_cpu or "
                 "lower the value",
-                src, path, w->cpu_us, cap, (unsigned long long)cfg->work.max_cpu_ms * 1000);
+                where_field(cfg, path, "cpu_us", at, sizeof(at)), path, w->cpu_us, cap,
+                (unsigned long long)cfg->work.max_cpu_ms * 1000);
         return -1;
     }
     if (cfg->work.max_sleep_ms < UINT64_MAX / 1000 && w->sleep_us > cfg->work.max_sleep_ms * 1000) {
@@ -1538,16 +1661,18 @@ static int check_work(const echod_config_t *cfg, const char *src, const char *pa
         set_err(err, errlen,
                 "%s: %s.sleep_us: %u us is more than work.max_sleep allows (%s = %llu us); raise work.max_sleep or "
                 "lower the value",
-                src, path, w->sleep_us, cap, (unsigned long long)cfg->work.max_sleep_ms * 1000);
+                where_field(cfg, path, "sleep_us", at, sizeof(at)), path, w->sleep_us, cap,
+                (unsigned long long)cfg->work.max_sleep_ms * 1000);
         return -1;
     }
     if (w->status > MAX_STATUS) {
-        set_err(err, errlen, "%s: %s.status: expected a gRPC status code from 0 to %d, got %u", src, path, MAX_STATUS,
-                w->status);
+        set_err(err, errlen, "%s: %s.status: expected a gRPC status code from 0 to %d, got %u",
+                where_field(cfg, path, "status", at, sizeof(at)), path, MAX_STATUS, w->status);
         return -1;
     }
     if (!(w->error_rate >= 0.0 && w->error_rate <= 1.0)) {
-        set_err(err, errlen, "%s: %s.error_rate: expected a number from 0.0 to 1.0, got %g", src, path, w->error_rate);
+        set_err(err, errlen, "%s: %s.error_rate: expected a number from 0.0 to 1.0, got %g",
+                where_field(cfg, path, "error_rate", at, sizeof(at)), path, w->error_rate);
         return -1;
     }
     return 0;
@@ -1556,12 +1681,13 @@ static int check_work(const echod_config_t *cfg, const char *src, const char *pa
 int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
 {
     const char *src = cfg->source[0] != '\0' ? cfg->source : "(built-in defaults)";
+    char at[320]; /* where the key an error names got its value: FILE:LINE:COL, --set or the file */
 
     if ((cfg->tls.cert[0] == '\0') != (cfg->tls.key[0] == '\0')) {
         set_err(err, errlen,
                 "%s: tls.cert and tls.key: set both to serve TLS, or leave both empty for plaintext h2c "
                 "(only tls.%s is set)",
-                src, cfg->tls.cert[0] != '\0' ? "cert" : "key");
+                where_either(cfg, "tls.cert", "tls.key", at, sizeof(at)), cfg->tls.cert[0] != '\0' ? "cert" : "key");
         return -1;
     }
 
@@ -1573,20 +1699,23 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
     if (echod_config_parse_hostport(cfg->listen.grpc, grpc_host, sizeof(grpc_host), &grpc_port) != 0) {
         char q[128];
         quote_value(q, sizeof(q), cfg->listen.grpc);
-        set_err(err, errlen, "%s: listen.grpc: %s, got %s", src, hostport_rule, q);
+        set_err(err, errlen, "%s: listen.grpc: %s, got %s", echod_config_where(cfg, "listen.grpc", at, sizeof(at)),
+                hostport_rule, q);
         return -1;
     }
     if (echod_config_parse_hostport(cfg->listen.admin, admin_host, sizeof(admin_host), &admin_port) != 0) {
         char q[128];
         quote_value(q, sizeof(q), cfg->listen.admin);
-        set_err(err, errlen, "%s: listen.admin: %s, got %s", src, hostport_rule, q);
+        set_err(err, errlen, "%s: listen.admin: %s, got %s", echod_config_where(cfg, "listen.admin", at, sizeof(at)),
+                hostport_rule, q);
         return -1;
     }
     if (listeners_overlap(grpc_host, grpc_port, admin_host, admin_port)) {
         set_err(err, errlen,
                 "%s: listen.grpc and listen.admin: both bind port %u on overlapping addresses (\"%s\" and "
                 "\"%s\"); give the admin listener its own port",
-                src, grpc_port, cfg->listen.grpc, cfg->listen.admin);
+                where_either(cfg, "listen.grpc", "listen.admin", at, sizeof(at)), grpc_port, cfg->listen.grpc,
+                cfg->listen.admin);
         return -1;
     }
     if (cfg->listen.rest[0] != '\0') {
@@ -1595,20 +1724,22 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
         if (echod_config_parse_hostport(cfg->listen.rest, rest_host, sizeof(rest_host), &rest_port) != 0) {
             char q[128];
             quote_value(q, sizeof(q), cfg->listen.rest);
-            set_err(err, errlen, "%s: listen.rest: %s, or \"\" for no REST listener, got %s", src, hostport_rule, q);
+            set_err(err, errlen, "%s: listen.rest: %s, or \"\" for no REST listener, got %s",
+                    echod_config_where(cfg, "listen.rest", at, sizeof(at)), hostport_rule, q);
             return -1;
         }
         const struct {
-            const char *name, *addr, *host;
+            const char *name, *key, *addr, *host;
             uint16_t port;
-        } others[] = {{"grpc", cfg->listen.grpc, grpc_host, grpc_port},
-                      {"admin", cfg->listen.admin, admin_host, admin_port}};
+        } others[] = {{"grpc", "listen.grpc", cfg->listen.grpc, grpc_host, grpc_port},
+                      {"admin", "listen.admin", cfg->listen.admin, admin_host, admin_port}};
         for (size_t i = 0; i < 2; i++) {
             if (listeners_overlap(rest_host, rest_port, others[i].host, others[i].port)) {
                 set_err(err, errlen,
                         "%s: listen.rest and listen.%s: both bind port %u on overlapping addresses (\"%s\" and "
                         "\"%s\"); give the REST listener its own port",
-                        src, others[i].name, rest_port, cfg->listen.rest, others[i].addr);
+                        where_either(cfg, "listen.rest", others[i].key, at, sizeof(at)), others[i].name, rest_port,
+                        cfg->listen.rest, others[i].addr);
                 return -1;
             }
         }
@@ -1620,7 +1751,8 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
                 "combined: method_lookup and start_call are separate steps so that method_lookup can switch the call "
                 "to its per-method executor before start_call runs there; merged, there is no point at which to "
                 "switch. Drop one of the two",
-                src, cfg->dispatch.per_method_count, cfg->dispatch.per_method_count == 1 ? "y" : "ies",
+                where_either(cfg, "dispatch.merge_lookup_and_start", "dispatch.per_method", at, sizeof(at)),
+                cfg->dispatch.per_method_count, cfg->dispatch.per_method_count == 1 ? "y" : "ies",
                 cfg->dispatch.per_method[0].method);
         return -1;
     }
@@ -1631,19 +1763,19 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
             if (!valid_method_path(method)) {
                 char q[128];
                 quote_value(q, sizeof(q), method);
-                set_err(err, errlen, "%s: %s: expected a method path \"/package.Service/Method\" as key, got %s", src,
-                        map->path, q);
+                set_err(err, errlen, "%s: %s: expected a method path \"/package.Service/Method\" as key, got %s",
+                        where_field(cfg, map->path, method, at, sizeof(at)), map->path, q);
                 return -1;
             }
         }
     }
 
-    if (check_work(cfg, src, "work.defaults", &cfg->work.defaults, err, errlen) != 0)
+    if (check_work(cfg, "work.defaults", &cfg->work.defaults, err, errlen) != 0)
         return -1;
     for (size_t i = 0; i < cfg->work.per_method_count; i++) {
         char path[320];
         snprintf(path, sizeof(path), "work.per_method.%s", cfg->work.per_method[i].method);
-        if (check_work(cfg, src, path, &cfg->work.per_method[i].work, err, errlen) != 0)
+        if (check_work(cfg, path, &cfg->work.per_method[i].work, err, errlen) != 0)
             return -1;
     }
 

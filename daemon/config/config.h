@@ -131,6 +131,9 @@ typedef struct echod_config {
     } log;
     char source[256]; /* file the config came from, "" for built-in defaults */
     char sha256[65];  /* hex digest of the effective config as printed by echod_config_dump */
+    /* Where each key written by a file or --set got its value, for echod_config_where. */
+    struct echod_config_origin *origins;
+    size_t origin_count;
 } echod_config_t;
 
 /* Fills every field with the built-in defaults (identical to config/echod.yaml). */
@@ -161,6 +164,16 @@ int echod_config_set(echod_config_t *cfg, const char *assignment, char *err, siz
  * work.per_method by method, which echod_config_method_exec and echod_config_method_work rely on.
  */
 int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen);
+
+/*
+ * Where `key` got its value, for errors found after loading (finish, the method registry), so
+ * they name a line as load errors do: "FILE:LINE:COL" where a file wrote the key, "--set" where
+ * an override did last, else the file's name or "(built-in defaults)". A key nobody wrote (a
+ * per_method entry's field inherited from work.defaults) takes the place of the nearest
+ * enclosing key that was written. `key` is a path as errors print it, a per_method entry being
+ * "work.per_method./pkg.Svc/Method". Returns buf.
+ */
+const char *echod_config_where(const echod_config_t *cfg, const char *key, char *buf, size_t cap);
 
 /* The per-method executor configured for a full method path, or NULL. Valid after finish. */
 const echod_exec_config_t *echod_config_method_exec(const echod_config_t *cfg, const char *method);

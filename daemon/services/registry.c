@@ -47,8 +47,10 @@ static int check_path(const echod_registry_t *reg, const echod_config_t *cfg, co
 {
     if (echod_registry_find(reg, path, strlen(path)) != NULL)
         return 0;
+    char entry[512], at[320];
+    snprintf(entry, sizeof(entry), "%s.%s", key, path);
     snprintf(err, errlen, "%s: %s: no such method \"%s\" (a full path, e.g. /grpc.examples.echo.Echo/UnaryEcho)",
-             cfg->source[0] != '\0' ? cfg->source : "(built-in config)", key, path);
+             echod_config_where(cfg, entry, at, sizeof(at)), key, path);
     return -1;
 }
 

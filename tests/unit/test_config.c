@@ -1005,15 +1005,15 @@ static void test_finish(void)
     echod_config_init(&cfg);
     CHECK(echod_config_load_file(&cfg, SRC("config/arms/per-method.yaml"), err, sizeof(err)) == 0);
     CHECK(set(&cfg, "dispatch.merge_lookup_and_start=true"));
-    CHECK(finish_fails_with(&cfg, SRC("config/arms/per-method.yaml") ": dispatch.merge_lookup_and_start and "
-                                                                     "dispatch.per_method"));
+    /* named where it was written last: the override */
+    CHECK(finish_fails_with(&cfg, "--set: dispatch.merge_lookup_and_start and dispatch.per_method"));
     CHECK(finish_fails_with(&cfg, "method_lookup can switch the call to its per-method executor before start_call"));
     CHECK(finish_fails_with(&cfg, "/grpc.examples.echo.Echo/BidirectionalStreamingEcho"));
     echod_config_free(&cfg);
 
     echod_config_init(&cfg);
     CHECK(set(&cfg, "tls.cert=/a.pem"));
-    CHECK(finish_fails_with(&cfg, "(built-in defaults): tls.cert and tls.key: set both"));
+    CHECK(finish_fails_with(&cfg, "--set: tls.cert and tls.key: set both"));
     CHECK(finish_fails_with(&cfg, "only tls.cert is set"));
     CHECK(set(&cfg, "tls.key=/b.pem"));
     CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
@@ -1026,16 +1026,17 @@ static void test_finish(void)
     CHECK(finish_fails_with(&cfg, "listen.grpc and listen.admin: both bind port 50051"));
     CHECK(set(&cfg, "listen={grpc: \"127.0.0.1:1\", admin: \"127.0.0.2:1\"}"));
     CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
-    /* A caller that writes the struct directly still gets the address checked. */
+    /* A caller that writes the struct directly still gets the address checked (the key was last
+     * written by --set, so that is where the error points). */
     free(cfg.listen.grpc);
     cfg.listen.grpc = strdup("no-port");
-    CHECK(finish_fails_with(&cfg, "(built-in defaults): listen.grpc: expected host:port"));
+    CHECK(finish_fails_with(&cfg, "--set: listen.grpc: expected host:port"));
     echod_config_free(&cfg);
 
     /* listen.rest, when set, must keep clear of both other listeners, by the same rule. */
     echod_config_init(&cfg);
     CHECK(set(&cfg, "listen.rest=\"*:50051\""));
-    CHECK(finish_fails_with(&cfg, "(built-in defaults): listen.rest and listen.grpc: both bind port 50051 on "
+    CHECK(finish_fails_with(&cfg, "--set: listen.rest and listen.grpc: both bind port 50051 on "
                                   "overlapping addresses (\"*:50051\" and \"0.0.0.0:50051\"); give the REST listener "
                                   "its own port"));
     CHECK(set(&cfg, "listen.rest=127.0.0.1:8080"));
@@ -1054,7 +1055,7 @@ static void test_finish(void)
     CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
     free(cfg.listen.rest);
     cfg.listen.rest = strdup("nowhere");
-    CHECK(finish_fails_with(&cfg, "(built-in defaults): listen.rest: expected host:port with port 1..65535"));
+    CHECK(finish_fails_with(&cfg, "--set: listen.rest: expected host:port with port 1..65535"));
     CHECK(finish_fails_with(&cfg, "or \"\" for no REST listener, got \"nowhere\""));
     echod_config_free(&cfg);
 
@@ -1064,12 +1065,12 @@ static void test_finish(void)
     CHECK(set(&cfg, "work.defaults.response_bytes=4194304"));
     CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
     CHECK(set(&cfg, "work.defaults.cpu_us=10000001"));
-    CHECK(finish_fails_with(&cfg, "(built-in defaults): work.defaults.cpu_us: 10000001 us is more than work.max_cpu "
+    CHECK(finish_fails_with(&cfg, "--set: work.defaults.cpu_us: 10000001 us is more than work.max_cpu "
                                   "allows (10s = 10000000 us); raise work.max_cpu or lower the value"));
     CHECK(set(&cfg, "work.max_cpu=11s"));
     CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
     CHECK(set(&cfg, "work.per_method./grpc.examples.echo.Echo/UnaryEcho.sleep_us=10000001"));
-    CHECK(finish_fails_with(&cfg, "(built-in defaults): work.per_method./grpc.examples.echo.Echo/UnaryEcho.sleep_us: "
+    CHECK(finish_fails_with(&cfg, "--set: work.per_method./grpc.examples.echo.Echo/UnaryEcho.sleep_us: "
                                   "10000001 us is more than work.max_sleep allows (10s = 10000000 us); raise "
                                   "work.max_sleep or lower the value"));
     CHECK(set(&cfg, "work.max_sleep=1500ms"));
@@ -1078,7 +1079,7 @@ static void test_finish(void)
     CHECK(set(&cfg, "work.max_sleep=60m"));
     CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
     CHECK(set(&cfg, "work.max_response_bytes=4194303"));
-    CHECK(finish_fails_with(&cfg, "(built-in defaults): work.defaults.response_bytes: 4194304 is outside -1..4194303, "
+    CHECK(finish_fails_with(&cfg, "--set: work.defaults.response_bytes: 4194304 is outside -1..4194303, "
                                   "where the top is work.max_response_bytes"));
     CHECK(set(&cfg, "work.max_response_bytes=0") && set(&cfg, "work.defaults.response_bytes=-1"));
     CHECK(set(&cfg, "work.per_method./grpc.examples.echo.Echo/UnaryEcho.response_bytes=1"));
@@ -1112,16 +1113,73 @@ static void test_finish(void)
                                   "\"/package.Service/Method\" as key, got \"xgrpc.examples.echo.Echo/UnaryEcho\""));
     echod_config_free(&cfg);
 
-    /* A file's caps error names the file. */
+    /* A file's caps error names the file, and the line and column of the value. */
     echod_config_init(&cfg);
     const char *capped = write_tmp("work: {max_cpu: 1ms, per_method: {/a/b: {cpu_us: 1001}}}\n");
     CHECK(echod_config_load_file(&cfg, capped, err, sizeof(err)) == 0);
     char want[512];
     snprintf(want, sizeof(want),
-             "%s: work.per_method./a/b.cpu_us: 1001 us is more than work.max_cpu allows (1ms = "
+             "%s:1:50: work.per_method./a/b.cpu_us: 1001 us is more than work.max_cpu allows (1ms = "
              "1000 us)",
              capped);
     CHECK(finish_fails_with(&cfg, want));
+    echod_config_free(&cfg);
+
+    /*
+     * Every error found only once the whole config is known points at a line, as load errors do:
+     * at the value, at the entry for a field it inherits, at the key written last of two, and at
+     * --set when an override wrote it; a key nobody wrote falls back to the file's name.
+     */
+    echod_config_init(&cfg);
+    const char *lines = write_tmp("work:\n"
+                                  "  max_sleep: 10ms\n"
+                                  "  defaults:\n"
+                                  "    sleep_us: 20000\n"
+                                  "listen:\n"
+                                  "  grpc: \"127.0.0.1:9000\"\n"
+                                  "  admin: \"*:9000\"\n"
+                                  "tls:\n"
+                                  "  key: /k.pem\n");
+    CHECK(echod_config_load_file(&cfg, lines, err, sizeof(err)) == 0);
+    snprintf(want, sizeof(want), "%s:9:8: tls.cert and tls.key: set both", lines);
+    CHECK(finish_fails_with(&cfg, want));
+    CHECK(set(&cfg, "tls.key=\"\""));
+    snprintf(want, sizeof(want), "%s:7:10: listen.grpc and listen.admin: both bind port 9000", lines);
+    CHECK(finish_fails_with(&cfg, want));
+    CHECK(set(&cfg, "listen.admin=\"*:9001\""));
+    snprintf(want, sizeof(want), "%s:4:15: work.defaults.sleep_us: 20000 us is more than work.max_sleep", lines);
+    CHECK(finish_fails_with(&cfg, want));
+    CHECK(set(&cfg, "work.defaults.sleep_us=0"));
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    CHECK(set(&cfg, "listen.rest=\"127.0.0.1:9001\""));
+    CHECK(finish_fails_with(&cfg, "--set: listen.rest and listen.admin: both bind port 9001"));
+    echod_config_free(&cfg);
+
+    echod_config_init(&cfg);
+    const char *entry = write_tmp("work:\n"
+                                  "  per_method:\n"
+                                  "    /grpc.examples.echo.Echo/UnaryEcho:\n"
+                                  "      cpu_us: 1\n"
+                                  "  max_sleep: 1ms\n");
+    CHECK(echod_config_load_file(&cfg, entry, err, sizeof(err)) == 0);
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    /* the entry inherits work.defaults.sleep_us: the error points at the entry */
+    cfg.work.per_method[0].work.sleep_us = 2000;
+    snprintf(want, sizeof(want), "%s:3:5: work.per_method./grpc.examples.echo.Echo/UnaryEcho.sleep_us", entry);
+    CHECK(finish_fails_with(&cfg, want));
+    char at[320];
+    snprintf(want, sizeof(want), "%s:4:15", entry);
+    CHECK(strcmp(echod_config_where(&cfg, "work.per_method./grpc.examples.echo.Echo/UnaryEcho.cpu_us", at, sizeof(at)),
+                 want) == 0);
+    CHECK(strcmp(echod_config_where(&cfg, "transport.flush", at, sizeof(at)), entry) == 0);
+    CHECK(set(&cfg, "work.per_method./grpc.examples.echo.Echo/UnaryEcho.cpu_us=2"));
+    CHECK(strcmp(echod_config_where(&cfg, "work.per_method./grpc.examples.echo.Echo/UnaryEcho.cpu_us", at, sizeof(at)),
+                 "--set") == 0);
+    CHECK(set(&cfg, "dispatch.per_method./a/b.threads=2"));
+    CHECK(strcmp(echod_config_where(&cfg, "dispatch.per_method./a/b", at, sizeof(at)), "--set") == 0);
+    echod_config_free(&cfg);
+    echod_config_init(&cfg);
+    CHECK(strcmp(echod_config_where(&cfg, "listen.grpc", at, sizeof(at)), "(built-in defaults)") == 0);
     echod_config_free(&cfg);
 
     /* The digest follows the effective config, not the order entries were given in. */
