@@ -637,6 +637,14 @@ struct echod_config_origin {
     uint64_t seq; /* order of writing: of two keys in one error, the one written last is named */
 };
 
+static struct echod_config_origin *origin_of(const echod_config_t *cfg, const char *key)
+{
+    for (size_t i = 0; i < cfg->origin_count; i++)
+        if (strcmp(cfg->origins[i].key, key) == 0)
+            return &cfg->origins[i];
+    return NULL;
+}
+
 /* Records that the key at ctx->path is being written, from `node` of a file or from --set. */
 static void note_origin(apply_ctx_t *ctx, const yaml_node_t *node)
 {
@@ -647,13 +655,10 @@ static void note_origin(apply_ctx_t *ctx, const yaml_node_t *node)
     else
         snprintf(where, sizeof(where), "--set");
     uint64_t seq = 1;
-    struct echod_config_origin *o = NULL;
-    for (size_t i = 0; i < cfg->origin_count; i++) {
+    for (size_t i = 0; i < cfg->origin_count; i++)
         if (cfg->origins[i].seq >= seq)
             seq = cfg->origins[i].seq + 1;
-        if (strcmp(cfg->origins[i].key, ctx->path) == 0)
-            o = &cfg->origins[i];
-    }
+    struct echod_config_origin *o = origin_of(cfg, ctx->path);
     if (o == NULL) {
         cfg->origins = xrealloc(cfg->origins, (cfg->origin_count + 1) * sizeof(*o));
         o = &cfg->origins[cfg->origin_count++];
@@ -668,12 +673,12 @@ static void note_origin(apply_ctx_t *ctx, const yaml_node_t *node)
 /* The key itself, else the last written key below it (a --set of one field of a new entry). */
 static const struct echod_config_origin *origin_at_or_below(const echod_config_t *cfg, const char *key)
 {
-    const struct echod_config_origin *below = NULL;
+    const struct echod_config_origin *below = origin_of(cfg, key);
+    if (below != NULL)
+        return below;
     size_t n = strlen(key);
     for (size_t i = 0; i < cfg->origin_count; i++) {
         const struct echod_config_origin *o = &cfg->origins[i];
-        if (strcmp(o->key, key) == 0)
-            return o;
         if (strncmp(o->key, key, n) == 0 && o->key[n] == '.' && (below == NULL || o->seq > below->seq))
             below = o;
     }
@@ -689,9 +694,7 @@ static const struct echod_config_origin *find_origin(const echod_config_t *cfg, 
     /* A method path's own dots cut it into prefixes that match nothing, which is harmless. */
     for (char *dot; o == NULL && (dot = strrchr(path, '.')) != NULL;) {
         *dot = '\0';
-        for (size_t i = 0; i < cfg->origin_count && o == NULL; i++)
-            if (strcmp(cfg->origins[i].key, path) == 0)
-                o = &cfg->origins[i];
+        o = origin_of(cfg, path);
     }
     return o;
 }
