@@ -1,10 +1,8 @@
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "dispatch/call.h"
-#include "dispatch/dispatcher.h"
-#include "transport/conn.h"
-#include "transport/loop.h"
-#include "transport/server.h"
+#include "services/work.h"
 #include "util/clock.h"
 
 /* --- lifetime --- */
@@ -19,33 +17,18 @@ static void serializer_release(echod_serializer_t *s)
     echod_call_release((echod_call_t *)((char *)s - offsetof(echod_call_t, serializer)));
 }
 
-static int on_own_loop(echod_call_t *call)
+void echod_call_init(echod_call_t *call, const echod_call_ops_t *ops, const echod_dispatcher_t *dispatcher)
 {
-    return echod_loop_current() == call->loop;
-}
-
-echod_call_t *echod_call_new(echod_server_t *server, echod_loop_t *loop, echod_conn_t *conn, int32_t stream_id)
-{
-    /* from the loop's pool: glibc's calloc skips its thread cache (-270 instructions per call) */
-    echod_call_t *call = echod_pool_calloc(&loop->pool, 1, sizeof(*call));
-    if (call == NULL)
-        return NULL;
+    call->ops = ops;
     atomic_init(&call->refs, 1);
     atomic_init(&call->cancelled, 0);
     atomic_init(&call->out_bytes, 0);
-    call->server = server;
-    call->loop = loop;
-    call->conn = conn;
+    call->dispatcher = dispatcher;
     call->started_ns = echod_now_ns();
-    const echod_dispatcher_t *d = &server->dispatcher;
-    echod_serializer_init(&call->serializer, d->exec, d->exec_metrics, d->mode);
+    echod_serializer_init(&call->serializer, dispatcher->exec, dispatcher->exec_metrics, dispatcher->mode);
     call->serializer.owner_retain = serializer_retain;
     call->serializer.owner_release = serializer_release;
-    call->io.stream_id = stream_id;
-    echod_deframer_init(&call->io.deframer, server->cfg->transport.max_receive_message_bytes);
-    atomic_fetch_add_explicit(&loop->live_calls, 1, memory_order_relaxed);
     ECHOD_COUNT(echod_metrics.calls_in_flight);
-    return call;
 }
 
 void echod_call_retain(echod_call_t *call)
@@ -53,28 +36,16 @@ void echod_call_retain(echod_call_t *call)
     atomic_fetch_add_explicit(&call->refs, 1, memory_order_relaxed);
 }
 
-/* The last reference may go on a worker: nothing here touches loop-owned state but atomics. */
+/* The last reference may go on a worker: nothing here touches home-thread state. */
 void echod_call_release(echod_call_t *call)
 {
     if (atomic_fetch_sub_explicit(&call->refs, 1, memory_order_acq_rel) != 1)
         return;
-    echod_deframer_dispose(&call->io.deframer);
-    for (echod_msg_t *m = call->io.out_head, *next; m != NULL; m = next) {
-        next = m->next;
-        echod_msg_free(m);
-    }
-    free(call->io.path);
-    free(call->io.status_message);
-    free(call->io.hdr.meta);
-    free(call->io.hdr.work_error);
     free(call->work_error);
     if (call->admitted)
         echod_metrics_add_admitted(-1);
-    echod_loop_t *loop = call->loop;
-    echod_conn_release(call->conn);
     ECHOD_ADD(echod_metrics.calls_in_flight, -1);
-    echod_pool_release(call); /* to the loop's freelist on the loop; a worker's last reference frees it */
-    atomic_fetch_sub_explicit(&loop->live_calls, 1, memory_order_release);
+    call->ops->free(call);
 }
 
 int echod_call_is_cancelled(echod_call_t *call)
@@ -85,23 +56,70 @@ int echod_call_is_cancelled(echod_call_t *call)
 int echod_call_is_ready(echod_call_t *call)
 {
     return atomic_load_explicit(&call->out_bytes, memory_order_acquire) <
-           call->server->cfg->transport.max_send_buffer_bytes;
+           call->dispatcher->cfg->transport.max_send_buffer_bytes;
+}
+
+const echod_config_t *echod_call_config(const echod_call_t *call)
+{
+    return call->dispatcher->cfg;
+}
+
+const echod_registry_t *echod_call_registry(const echod_call_t *call)
+{
+    return call->dispatcher->registry;
+}
+
+/* --- admission: server policy, on the home thread once HEADERS is complete --- */
+
+echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_t *over, unsigned set, char **work_error)
+{
+    const echod_dispatcher_t *d = call->dispatcher;
+    const echod_config_t *cfg = d->cfg;
+    const echod_method_t *m = echod_method_find(d->registry, call->path, call->path_len);
+    call->method = m;
+    call->looked_up = 1;
+    if (m != NULL && m->on_loop) {
+        /* before any step: the call switches to the inline runner on its loop */
+        echod_serializer_init(&call->serializer, d->exec, d->exec_metrics, ECHOD_SER_INLINE);
+    } else {
+        uint32_t limit = cfg->limits.max_calls_in_flight;
+        if (limit != 0 && atomic_load_explicit(&echod_metrics.calls_admitted, memory_order_relaxed) >= limit) {
+            ECHOD_COUNT(echod_metrics.calls_shed);
+            if (m != NULL) {
+                /* as a load-shedding interceptor would: started and handled, never run */
+                ECHOD_COUNT(echod_metrics.methods[m->metrics_index].started);
+                ECHOD_COUNT(echod_metrics.methods[m->metrics_index].handled[ECHOD_RESOURCE_EXHAUSTED]);
+            }
+            return ECHOD_ADMIT_SHED;
+        }
+        call->admitted = 1;
+        echod_metrics_add_admitted(1);
+    }
+    if (cfg->work.allow_metadata_overrides) {
+        call->work_error = *work_error;
+        *work_error = NULL;
+    }
+    echod_work_resolve(cfg, call->path, over, set, &call->work, &call->work_error);
+    return ECHOD_ADMIT_ACCEPTED;
 }
 
 /* --- steps --- */
 
 static void do_lookup(echod_call_t *call)
 {
-    const echod_registry_t *reg = &call->server->registry;
-    call->method = echod_registry_find(reg, call->io.path, call->io.path_len);
+    /* echod_call_admit looked it up, unless the stream ended before its HEADERS did */
+    if (!call->looked_up) {
+        call->method = echod_method_find(call->dispatcher->registry, call->path, call->path_len);
+        call->looked_up = 1;
+    }
     if (call->method == NULL) {
         char msg[160];
-        snprintf(msg, sizeof(msg), "Method not found: %.*s", (int)(call->io.path_len > 120 ? 120 : call->io.path_len),
-                 call->io.path);
+        snprintf(msg, sizeof(msg), "Method not found: %.*s", (int)(call->path_len > 120 ? 120 : call->path_len),
+                 call->path != NULL ? call->path : "");
         echod_call_close(call, ECHOD_UNIMPLEMENTED, msg);
         return;
     }
-    const echod_method_exec_t *me = echod_dispatcher_find(&call->server->dispatcher, call->method);
+    const echod_method_exec_t *me = echod_dispatcher_find(call->dispatcher, call->method);
     if (me != NULL)
         echod_serializer_switch(&call->serializer, me->exec, me->metrics);
 }
@@ -171,7 +189,7 @@ static void step_run(echod_step_t *step)
     uint64_t submitted = cs->submitted_ns;
     if (!cs->on_stack)
         free(cs);
-    int on_loop = on_own_loop(call);
+    int on_loop = call->ops->on_home(call);
     if (on_loop)
         ECHOD_COUNT(echod_metrics.step_runs_loop);
     else
@@ -181,7 +199,7 @@ static void step_run(echod_step_t *step)
          * submitted back to back by one pump start when the previous one ended. Runnable but
          * not running: from the later of its submission and the previous step's end, so steps
          * queued together do not count their common wait twice. */
-        call->step_started_ns = on_loop && call->io.chain_ns != 0 ? call->io.chain_ns : echod_now_ns();
+        call->step_started_ns = on_loop && call->chain.ns != 0 ? call->chain.ns : echod_now_ns();
         uint64_t ready = submitted > call->step_ended_ns ? submitted : call->step_ended_ns;
         if (call->step_started_ns > ready)
             call->queue_ns += call->step_started_ns - ready;
@@ -194,8 +212,8 @@ static void step_run(echod_step_t *step)
             call->step_ended_ns = echod_now_ns();
         call->handler_ns += call->step_ended_ns - call->step_started_ns;
         call->step_started_ns = 0;
-        if (on_loop && call->io.pumping)
-            call->io.chain_ns = call->step_ended_ns;
+        if (on_loop && call->chain.active)
+            call->chain.ns = call->step_ended_ns;
     }
 }
 
@@ -234,11 +252,9 @@ static void run_step(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *ms
     }
 }
 
-/* The one submit function, called by the pump only: counts the step in echod_call_steps_total,
- * then serializes it. */
-static void call_submit(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *msg)
+void echod_call_submit(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *msg)
 {
-    int timing = call->server->cfg->telemetry.timing_trailer;
+    int timing = call->dispatcher->cfg->telemetry.timing_trailer;
     echod_call_step_t local, *cs;
     ECHOD_COUNT(echod_metrics.steps[kind]);
     if (call->serializer.mode == ECHOD_SER_INLINE && !call->serializer.inline_busy) {
@@ -259,181 +275,7 @@ static void call_submit(echod_call_t *call, echod_step_kind_t kind, echod_msg_t 
     echod_serializer_submit(&call->serializer, &cs->super);
 }
 
-/* --- the transport side: which steps are due (loop thread) --- */
-
-static void deliver_messages(echod_call_t *call)
-{
-    const echod_config_t *cfg = call->server->cfg;
-    while (call->io.requested > 0 && !call->io.half_close_submitted) {
-        echod_msg_t *msg = echod_deframer_pop(&call->io.deframer);
-        if (msg == NULL)
-            break;
-        call->io.requested--;
-        if (call->io.deframer.count == 0 && call->io.held_bytes != 0) {
-            call->io.chain_ns = 0; /* flow control is the transport's time, not the next step's */
-            echod_conn_consume(call, call->io.held_bytes);
-            call->io.held_bytes = 0;
-        }
-        int last = call->io.end_stream && call->io.deframer.count == 0 && !echod_deframer_partial(&call->io.deframer);
-        if (last && cfg->dispatch.coalesce_end_stream) {
-            call->io.half_close_submitted = 1;
-            call_submit(call, ECHOD_STEP_MESSAGES_AND_HALF_CLOSE, msg);
-        } else {
-            call_submit(call, ECHOD_STEP_MESSAGES_AVAILABLE, msg);
-        }
-    }
-}
-
-/* Like grpc-java's deframeFailed: the transport ends the call with a status and cancels it. */
-static void report_deframe_error(echod_call_t *call)
-{
-    const echod_deframer_t *d = &call->io.deframer;
-    char msg[128];
-    int code = ECHOD_INTERNAL;
-    switch (d->error) {
-    case ECHOD_DEFRAME_TOO_LARGE:
-        code = ECHOD_RESOURCE_EXHAUSTED;
-        snprintf(msg, sizeof(msg), "Received message larger than max (%u vs. %u)", d->error_len, d->max_message);
-        break;
-    case ECHOD_DEFRAME_COMPRESSED:
-        snprintf(msg, sizeof(msg), "Compressed message received but no grpc-encoding was negotiated");
-        break;
-    default:
-        snprintf(msg, sizeof(msg), "Invalid gRPC message flags");
-        break;
-    }
-    atomic_store_explicit(&call->cancelled, 1, memory_order_release);
-    echod_conn_close_call(call, code, msg, NULL);
-}
-
-static void pump_once(echod_call_t *call)
-{
-    if (call->io.rejected) {
-        if (call->io.closed)
-            call->io.close_submitted = 1;
-        return;
-    }
-    if (!call->io.started) {
-        call->io.started = 1;
-        if (call->server->cfg->dispatch.merge_lookup_and_start) {
-            call_submit(call, ECHOD_STEP_LOOKUP_AND_START, NULL);
-        } else {
-            call_submit(call, ECHOD_STEP_METHOD_LOOKUP, NULL);
-            call_submit(call, ECHOD_STEP_START_CALL, NULL);
-        }
-        call_submit(call, ECHOD_STEP_ON_READY, NULL);
-    }
-    if (call->io.closed) {
-        if (!call->io.close_submitted) {
-            call->io.close_submitted = 1;
-            /* decided here, on the loop, so the closed step reads one plain field */
-            call->final_code = call->io.trailers_sent ? call->io.status_code : ECHOD_CANCELLED;
-            call_submit(call, ECHOD_STEP_CLOSED, NULL);
-        }
-        return;
-    }
-    if (call->io.rejected)
-        return;
-    if (call->io.deframe_failed) {
-        if (!call->io.deframe_reported) {
-            call->io.deframe_reported = 1;
-            report_deframe_error(call);
-        }
-        return;
-    }
-    deliver_messages(call);
-    if (call->io.end_stream && !call->io.half_close_submitted && call->io.deframer.count == 0) {
-        call->io.half_close_submitted = 1;
-        if (echod_deframer_partial(&call->io.deframer))
-            echod_conn_close_call(call, ECHOD_INTERNAL, "Incomplete message: END_STREAM in the middle of a message",
-                                  NULL);
-        else
-            call_submit(call, ECHOD_STEP_HALF_CLOSED, NULL);
-    }
-    if (call->io.ready_due) {
-        call->io.ready_due = 0;
-        call_submit(call, ECHOD_STEP_ON_READY, NULL);
-    }
-}
-
-void echod_call_pump(echod_call_t *call)
-{
-    /* An inline step may request messages and so re-enter: the outer pump goes round again,
-     * which keeps steps in transport order (start, on_ready, then messages). */
-    if (call->io.pumping) {
-        call->io.repump = 1;
-        return;
-    }
-    call->io.pumping = 1; /* chain_ns is 0: only a pump sets it, and it clears it on the way out */
-    echod_call_retain(call);
-    do {
-        call->io.repump = 0;
-        pump_once(call);
-    } while (call->io.repump);
-    call->io.pumping = 0;
-    call->io.chain_ns = 0;
-    echod_call_release(call);
-}
-
-void echod_call_wake_ready(echod_call_t *call)
-{
-    call->io.ready_due = 1;
-    echod_call_pump(call);
-}
-
-/* --- handler-facing operations: act now on the loop, else post a counted loop task --- */
-
-typedef struct {
-    echod_loop_msg_t super;
-    echod_loop_task_kind_t kind;
-    echod_call_t *call;
-    uint32_t n;
-    echod_msg_t *msg;
-    int code;
-    char *message;
-} call_task_t;
-
-static void apply_request(echod_call_t *call, uint32_t n)
-{
-    if (call->io.closed)
-        return;
-    call->io.requested += n;
-    echod_call_pump(call);
-}
-
-static void call_task_run(echod_loop_msg_t *m)
-{
-    call_task_t *t = (call_task_t *)m;
-    switch (t->kind) {
-    case ECHOD_LOOP_TASK_REQUEST:
-        apply_request(t->call, t->n);
-        break;
-    case ECHOD_LOOP_TASK_WRITE:
-        echod_conn_send_message(t->call, t->msg);
-        break;
-    case ECHOD_LOOP_TASK_CLOSE:
-        echod_conn_close_call(t->call, t->code, t->message, t->call->h.timing);
-        free(t->message);
-        break;
-    case ECHOD_LOOP_TASK__COUNT:
-        break;
-    }
-    echod_call_release(t->call);
-    free(t);
-}
-
-static call_task_t *post_task(echod_call_t *call, echod_loop_task_kind_t kind)
-{
-    call_task_t *t = calloc(1, sizeof(*t));
-    if (t == NULL)
-        abort();
-    t->super.run = call_task_run;
-    t->kind = kind;
-    t->call = call;
-    echod_call_retain(call);
-    ECHOD_COUNT(echod_metrics.loop_tasks[kind]);
-    return t;
-}
+/* --- handler-facing operations: the transport acts on its home thread or posts a loop task --- */
 
 static char *put_u64(char *p, uint64_t v)
 {
@@ -462,13 +304,7 @@ static void format_timing(char *dst, uint64_t queue_us, uint64_t handler_us, uin
 
 void echod_call_request(echod_call_t *call, uint32_t n)
 {
-    if (on_own_loop(call)) {
-        apply_request(call, n);
-        return;
-    }
-    call_task_t *t = post_task(call, ECHOD_LOOP_TASK_REQUEST);
-    t->n = n;
-    echod_loop_post(call->loop, &t->super);
+    call->ops->request(call, n);
 }
 
 void echod_call_send(echod_call_t *call, echod_msg_t *msg)
@@ -479,13 +315,7 @@ void echod_call_send(echod_call_t *call, echod_msg_t *msg)
     }
     ECHOD_COUNT(echod_metrics.methods[call->method->metrics_index].msg_sent);
     atomic_fetch_add_explicit(&call->out_bytes, echod_msg_frame_len(msg), memory_order_acq_rel);
-    if (on_own_loop(call)) {
-        echod_conn_send_message(call, msg);
-        return;
-    }
-    call_task_t *t = post_task(call, ECHOD_LOOP_TASK_WRITE);
-    t->msg = msg;
-    echod_loop_post(call->loop, &t->super);
+    call->ops->send(call, msg);
 }
 
 void echod_call_close(echod_call_t *call, int code, const char *message)
@@ -493,18 +323,16 @@ void echod_call_close(echod_call_t *call, int code, const char *message)
     if (call->h.closed)
         return;
     call->h.closed = 1;
-    if (call->server->cfg->telemetry.timing_trailer) {
+    if (call->dispatcher->cfg->telemetry.timing_trailer) {
         uint64_t now = echod_now_ns();
         call->step_ended_ns = now; /* what the handler does after closing is not in the trailer either */
         uint64_t handler = call->handler_ns + (call->step_started_ns != 0 ? now - call->step_started_ns : 0);
         format_timing(call->h.timing, call->queue_ns / 1000, handler / 1000, (now - call->started_ns) / 1000);
     }
-    if (on_own_loop(call)) {
-        echod_conn_close_call(call, code, message, call->h.timing);
-        return;
-    }
-    call_task_t *t = post_task(call, ECHOD_LOOP_TASK_CLOSE);
-    t->code = code;
-    t->message = message != NULL ? strdup(message) : NULL;
-    echod_loop_post(call->loop, &t->super);
+    call->ops->close(call, code, message, call->h.timing);
+}
+
+void echod_call_wake_ready(echod_call_t *call)
+{
+    call->ops->wake_ready(call);
 }

@@ -1,32 +1,50 @@
 /*
- * A call: one gRPC stream from HEADERS to close, and the six steps of DESIGN.md section 2.
+ * A call: one gRPC request from HEADERS to close, and its six steps (docs/dispatch-model.md).
  *
- * Two sides share this struct, and each field says which one owns it:
- *  - `io`: the transport, on the owning loop thread only (stream state, deframer, write queue).
- *  - `h`: the handler, inside steps only (steps of one call never run concurrently).
- * A few atomics are shared (refcount, cancelled, out_bytes).
+ * The call is the dispatch side of a stream. The transport (transport/stream.h) embeds it in its
+ * stream, drives it and is reached from here only through the call's ops table: dispatch never
+ * sees a socket, a session or a loop. Fields say who owns them:
+ *  - the transport's home thread (the I/O loop that owns the stream): `path`, `chain`,
+ *    `final_code` (written before the closed step is submitted);
+ *  - the handler, inside steps only (steps of one call never run concurrently): `h`, the timing
+ *    sums;
+ *  - shared atomics: refs, cancelled, out_bytes, handler_started.
  *
- * Handlers use only the echod_call_* functions below: on the loop thread they act at once,
- * elsewhere they post a counted loop task to the owning loop (the request(n) and write hops).
+ * Handlers use only the echod_call_* functions under "for handlers" (and the adapters of
+ * services/adapters.h built on them).
  */
 #ifndef ECHOD_CALL_H
 #define ECHOD_CALL_H
 
 #include <stdatomic.h>
 #include <stdint.h>
-#include <h2o/timeout.h>
 #include "config/config.h"
+#include "dispatch/dispatcher.h"
+#include "dispatch/method.h"
 #include "dispatch/serializer.h"
 #include "dispatch/step.h"
 #include "grpc/deframe.h"
 #include "grpc/status.h"
-#include "services/registry.h"
-
-struct echod_conn;
-struct echod_loop;
-struct echod_server;
 
 typedef struct echod_call echod_call_t;
+
+/*
+ * What dispatch needs of the transport. request, send and close act at once on the home thread
+ * and post a counted loop task (echod_loop_tasks_total) from any other; wake_ready posts an
+ * uncounted one. free runs on whichever thread drops the last reference.
+ */
+typedef struct echod_call_ops {
+    void (*request)(echod_call_t *call, uint32_t n);
+    void (*send)(echod_call_t *call, echod_msg_t *msg); /* ownership passes */
+    /* timing: the echod-timing trailer value (NULL or "" for none), owned by the call */
+    void (*close)(echod_call_t *call, int code, const char *message, const char *timing);
+    /* makes on_ready due again and pumps, unless the stream is gone by then */
+    void (*wake_ready)(echod_call_t *call);
+    /* true on the call's home thread */
+    int (*on_home)(const echod_call_t *call);
+    /* the last reference went: the transport frees its stream, the call inside it */
+    void (*free)(echod_call_t *call);
+} echod_call_ops_t;
 
 /* One submission to the serializer: a step and, for messages_available, its message. */
 typedef struct {
@@ -38,87 +56,72 @@ typedef struct {
     int on_stack;          /* run at once by an idle inline runner: not to be freed */
 } echod_call_step_t;
 
+/* echod_call_admit's verdict. */
+typedef enum {
+    ECHOD_ADMIT_ACCEPTED = 0,
+    ECHOD_ADMIT_SHED, /* over limits.max_calls_in_flight: end it RESOURCE_EXHAUSTED, submit no step */
+} echod_admit_t;
+
 struct echod_call {
+    const echod_call_ops_t *ops;
     atomic_int refs;
-    atomic_int cancelled;    /* set by the loop when the stream is reset, times out or dies */
+    atomic_int cancelled;    /* set by the transport when the stream is reset, times out or dies */
     atomic_size_t out_bytes; /* handler-queued response bytes not yet handed to the socket */
-    struct echod_server *server;
-    struct echod_loop *loop;
-    struct echod_conn *conn;
-    const echod_method_t *method; /* set by method_lookup (NULL while unknown) */
+    const echod_dispatcher_t *dispatcher;
+    const echod_method_t *method; /* set by echod_call_admit (NULL while unknown) */
+    /* :path as received, owned by the transport (valid for the call's life; NULL if none came) */
+    const char *path;
+    size_t path_len;
     uint64_t started_ns;
-    int final_code; /* the status the call ended with: written by the loop before `closed` */
-    /* Synthetic work for this call: resolved on the loop when HEADERS completes, read-only after. */
+    int final_code; /* the status the call ended with: written by the transport before `closed` */
+    /* Synthetic work for this call: resolved by echod_call_admit, read-only after. */
     echod_work_t work;
     char *work_error;           /* "echod-cpu-us: ..." when a work header was malformed: INVALID_ARGUMENT */
-    unsigned admitted : 1;      /* counted against limits.max_calls_in_flight */
+    int looked_up;              /* echod_call_admit ran the method lookup */
+    int admitted;               /* counted against limits.max_calls_in_flight */
     atomic_int handler_started; /* start_call ran: a deadline after this was not "expired in queue" */
     /* Server timing (telemetry.timing_trailer): steps add to these inside the serializer.
      * step_ended_ns, once a step has run handler code, is a clock read taken after the last of it
      * (do_message's or echod_call_close's), which the step then takes as its end. */
     uint64_t queue_ns, handler_ns, step_started_ns, step_ended_ns;
+    /* Home thread: while `active` (a pump runs), `ns` is when the inline step that ran last
+     * ended, 0 before the first: back-to-back inline steps share that clock read as the next
+     * one's start (timing on). */
+    struct {
+        int active;
+        uint64_t ns;
+    } chain;
     echod_serializer_t serializer;
 
     struct {
-        void *state;     /* the method's own */
-        char timing[96]; /* echod-timing value, filled by echod_call_close */
-        int closed;      /* echod_call_close was called */
+        void *state;       /* the method's own */
+        echod_msg_t *held; /* an adapter's: the request until half-close, or a reply until on_ready */
+        char timing[96];   /* echod-timing value, filled by echod_call_close */
+        int closed;        /* echod_call_close was called */
     } h;
-
-    struct {
-        int32_t stream_id;
-        char *path; /* :path as received, for method_lookup */
-        size_t path_len;
-        struct {
-            unsigned method_seen : 1, is_post : 1, ct_seen : 1, ct_ok : 1, enc_unsupported : 1, timeout_bad : 1;
-            uint64_t timeout_ns; /* 0 = no grpc-timeout */
-            echod_work_t work;   /* echod-* overrides, valid where `work_set` has the bit */
-            unsigned work_set;   /* 1 << ECHOD_WORK_* */
-            char *work_error;
-            char *meta; /* custom request metadata, "name\0value\0" pairs, for echo_metadata */
-            size_t meta_len, meta_count;
-        } hdr; /* request headers, checked once HEADERS is complete */
-        echod_deframer_t deframer;
-        uint32_t requested;   /* messages the handler asked for and has not been given */
-        size_t held_bytes;    /* received but not yet returned to the flow-control window */
-        uint64_t deadline_ms; /* 0 = none; in h2o_now() time */
-        unsigned started : 1, end_stream : 1, half_close_submitted : 1, ready_due : 1, closed : 1, close_submitted : 1,
-            headers_sent : 1, trailers_queued : 1, trailers_sent : 1, touched : 1, deframe_failed : 1,
-            deframe_reported : 1, data_deferred : 1, expired : 1, pumping : 1, repump : 1, rejected : 1, in_conn : 1,
-            drain_open : 1, drain_cut : 1;
-        /* When the inline step that ran last in this pump ended, 0 outside a pump: back-to-back
-         * inline steps share that clock read as the next one's start (timing on). */
-        uint64_t chain_ns;
-        const char *timing; /* echod-timing for the trailers (points into h.timing) */
-        size_t out_queued;  /* bytes in out_head..out_tail not yet sent */
-        int status_code;    /* trailers to send once the write queue is empty */
-        char *status_message;
-        echod_msg_t *out_head, *out_tail; /* messages waiting for nghttp2 */
-        size_t out_offset;                /* bytes of out_head already sent */
-        echod_call_t *next_touched;
-        echod_call_t *prev_in_conn, *next_in_conn;
-        h2o_timeout_entry_t deadline; /* linked while a grpc-timeout runs */
-    } io;
 };
 
-/* Loop thread. The call starts with one reference, the transport's. */
-echod_call_t *echod_call_new(struct echod_server *server, struct echod_loop *loop, struct echod_conn *conn,
-                             int32_t stream_id);
+/* --- for the transport (home thread unless said otherwise) --- */
+
+/* Sets up a call in memory the transport owns; it holds one reference, the transport's. */
+void echod_call_init(echod_call_t *call, const echod_call_ops_t *ops, const echod_dispatcher_t *dispatcher);
+/* Any thread. The last release frees what the call owns, then calls ops->free. */
 void echod_call_retain(echod_call_t *call);
 void echod_call_release(echod_call_t *call);
 
 /*
- * Loop thread: submits whatever steps the transport state now makes due (start, on_ready,
- * messages while requested, half_close, closed). Never called from inside nghttp2 callbacks.
- * Every step is submitted here, holding a reference (the inline runner takes none).
+ * HEADERS is complete and passed the HTTP checks: looks the method up (once per call), switches
+ * an on_loop method to the inline runner, applies limits.max_calls_in_flight to the rest and
+ * resolves the call's work from the config and the echod-* headers (`over`/`set`; *work_error
+ * is taken when metadata overrides are allowed). A shed call has no work resolved.
  */
-void echod_call_pump(echod_call_t *call);
+echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_t *over, unsigned set, char **work_error);
 
-/* Loop thread, outside steps: makes on_ready due again (a health watch's status changed) and
- * pumps, so that like every step it is submitted by the pump, which holds the call. */
-void echod_call_wake_ready(echod_call_t *call);
+/* The one entry for steps: counts the step in echod_call_steps_total, then serializes it. Only
+ * the transport's pump calls it, holding a reference (the inline runner takes none). */
+void echod_call_submit(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *msg);
 
-/* --- for handlers (inside steps, any thread) --- */
+/* --- for handlers (inside steps, any thread, unless said otherwise) --- */
 
 /* Asks for n more messages (flow control: bytes return to the window as they are delivered). */
 void echod_call_request(echod_call_t *call, uint32_t n);
@@ -129,5 +132,11 @@ void echod_call_close(echod_call_t *call, int code, const char *message);
 /* True while the handler's queued bytes are below transport.max_send_buffer_bytes. */
 int echod_call_is_ready(echod_call_t *call);
 int echod_call_is_cancelled(echod_call_t *call);
+/* Any thread, inside or outside steps, holding a reference: an on_ready step follows (a health
+ * watch's status changed), unless the call has ended by then. */
+void echod_call_wake_ready(echod_call_t *call);
+/* The server's config and methods, read-only. */
+const echod_config_t *echod_call_config(const echod_call_t *call);
+const echod_registry_t *echod_call_registry(const echod_call_t *call);
 
 #endif

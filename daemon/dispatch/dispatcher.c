@@ -25,6 +25,7 @@ int echod_dispatcher_init(echod_dispatcher_t *d, const echod_config_t *cfg, cons
 {
     memset(d, 0, sizeof(*d));
     d->cfg = cfg;
+    d->registry = reg;
 
     char name[16];
     snprintf(name, sizeof(name), "echod-%s", echod_exec_mode_name(cfg->executor.mode));
@@ -39,7 +40,7 @@ int echod_dispatcher_init(echod_dispatcher_t *d, const echod_config_t *cfg, cons
         d->per_method = calloc(cfg->dispatch.per_method_count, sizeof(*d->per_method));
     for (size_t i = 0; i != cfg->dispatch.per_method_count; i++) {
         const echod_per_method_t *pm = &cfg->dispatch.per_method[i];
-        const echod_method_t *m = echod_registry_find(reg, pm->method, strlen(pm->method));
+        const echod_method_t *m = echod_method_find(reg, pm->method, strlen(pm->method));
         assert(m != NULL); /* echod_registry_check_config refused unknown paths before */
         snprintf(name, sizeof(name), "echod-pm%zu", i);
         echod_method_exec_t *me = &d->per_method[d->per_method_count];

@@ -12,7 +12,7 @@
 #include "dispatch/exec.h"
 #include "dispatch/serializer.h"
 #include "metrics/metrics.h"
-#include "services/registry.h"
+#include "dispatch/method.h"
 
 typedef struct {
     const echod_method_t *method;
@@ -23,7 +23,8 @@ typedef struct {
 
 typedef struct echod_dispatcher {
     const echod_config_t *cfg;
-    echod_exec_t *exec; /* executor.mode */
+    const echod_registry_t *registry; /* the methods calls are looked up in */
+    echod_exec_t *exec;               /* executor.mode */
     echod_exec_metrics_t *exec_metrics;
     echod_method_exec_t *per_method;
     size_t per_method_count;

@@ -742,10 +742,14 @@ void echod_metrics_mark_stage(const char *name)
     set_stage(name, strlen(name), 1);
 }
 
-void echod_metrics_enter_stage(const char *name, size_t len)
+void echod_metrics_stage_header(char *seen, size_t cap, const char *name, size_t len)
 {
-    if (echod_metrics_stage_name_ok(name, len))
-        set_stage(name, len, 0);
+    if (len == 0 || len >= cap || (len == strlen(seen) && memcmp(seen, name, len) == 0))
+        return;
+    memcpy(seen, name, len);
+    seen[len] = '\0';
+    if (echod_metrics_stage_name_ok(seen, len))
+        set_stage(seen, len, 0);
 }
 
 /* The cgroup v2 cpu.stat of this process's own cgroup: throttling is what a 1-CPU limit does to a ramp. */

@@ -194,8 +194,10 @@ int echod_metrics_stage_name_ok(const char *name, size_t len);
 void echod_metrics_mark_stage(const char *name);
 
 /* An echod-stage request header: the stage becomes `name` if that is a valid name and not the
- * current one (every call carries it; only a change is a mark). Any thread. */
-void echod_metrics_enter_stage(const char *name, size_t len);
+ * current one (every call carries it; only a change is a mark). `seen` (cap bytes, at least
+ * ECHOD_STAGE_NAME_MAX + 1) is the calling thread's copy of the last value it saw, which keeps the
+ * lock off the path until the name changes. The thread that owns `seen`. */
+void echod_metrics_stage_header(char *seen, size_t cap, const char *name, size_t len);
 
 /*
  * Fits echod_exec_set_observer's on_start: ctx is the executor's echod_exec_metrics_t; the wait

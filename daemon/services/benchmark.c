@@ -4,7 +4,6 @@
 #include "dispatch/call.h"
 #include "messages.pb-c.h"
 #include "services/benchmark.h"
-#include "transport/server.h"
 
 /* What one SimpleRequest asks for. */
 typedef struct {
@@ -91,7 +90,7 @@ static void plan_parse(echod_call_t *call, echod_msg_t *msg, plan_t *p)
         return;
     }
     char text[160];
-    uint32_t cap = call->server->cfg->transport.max_receive_message_bytes;
+    uint32_t cap = echod_call_config(call)->transport.max_receive_message_bytes;
     if (req->response_size < 0) {
         snprintf(text, sizeof(text), "response_size %d is negative", req->response_size);
         plan_fail(p, ECHOD_INVALID_ARGUMENT, text);

@@ -5,7 +5,6 @@
 #include "echo.pb-c.h"
 #include "services/echo.h"
 #include "services/work.h"
-#include "transport/server.h"
 
 /* --- validation --- */
 
@@ -219,7 +218,7 @@ static void server_streaming_half_close(echod_call_t *call)
     s->req = NULL;
     if (req == NULL || (s->req = work_then_reply(call, req)) == NULL)
         return;
-    s->left = call->server->cfg->echo.server_streaming_count;
+    s->left = echod_call_config(call)->echo.server_streaming_count;
     server_streaming_send(call);
 }
 
@@ -267,7 +266,7 @@ static void client_streaming_message(echod_call_t *call, echod_msg_t *msg)
     size_t n = strlen(req->message);
     /* the response is one message: bound it as echod bounds requests, or a client that streams
      * long enough would grow this without limit (and past the 32-bit gRPC length) */
-    uint32_t max = call->server->cfg->transport.max_receive_message_bytes;
+    uint32_t max = echod_call_config(call)->transport.max_receive_message_bytes;
     if (c->len + n > max) {
         grpc__examples__echo__echo_request__free_unpacked(req, NULL);
         char text[160];

@@ -5,7 +5,6 @@
 #include "dispatch/call.h"
 #include "health.pb-c.h"
 #include "services/health.h"
-#include "transport/loop.h"
 
 #define SERVING_STATUS(x) GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__##x
 
@@ -86,7 +85,7 @@ static void check_half_close(echod_call_t *call)
     Grpc__Health__V1__HealthCheckRequest *req = unpack_request(call, msg);
     if (req == NULL)
         return;
-    int status = status_of(&call->server->registry, req->service);
+    int status = status_of(echod_call_registry(call), req->service);
     if (status == SERVING_STATUS(SERVICE_UNKNOWN)) {
         char text[160];
         snprintf(text, sizeof(text), "unknown service %.120s", req->service);
@@ -124,25 +123,10 @@ typedef struct watcher {
     int listed;
 } watcher_t;
 
-typedef struct {
-    echod_loop_msg_t super;
-    echod_call_t *call;
-} wake_t;
-
-static void wake_run(echod_loop_msg_t *m)
-{
-    wake_t *w = (wake_t *)m;
-    /* io.closed is the loop's, and this is the loop: once set, the closed step may be queued */
-    if (!w->call->io.closed)
-        echod_call_wake_ready(w->call);
-    echod_call_release(w->call);
-    free(w);
-}
-
 static void watch_deliver(echod_call_t *call)
 {
     watcher_t *w = call->h.state;
-    int status = status_of(&call->server->registry, w->service);
+    int status = status_of(echod_call_registry(call), w->service);
     /* not ready: the client is not reading; the on_ready that follows sends the latest */
     if (status == w->sent || !echod_call_is_ready(call))
         return;
@@ -230,26 +214,19 @@ static void watch_complete(echod_call_t *call)
 
 /* --- the serving state --- */
 
-void echod_health_set_serving(echod_server_t *server, int serving_now)
+void echod_health_set_serving(struct echod_server *server, int serving_now)
 {
     (void)server;
     int value = serving_now != 0;
     if (atomic_exchange_explicit(&serving, value, memory_order_acq_rel) == value)
         return;
     pthread_mutex_lock(&watchers_mutex);
-    for (watcher_t *w = watchers; w != NULL; w = w->next) {
-        wake_t *wake = calloc(1, sizeof(*wake)); /* zeroed: h2o asserts the link is not linked */
-        if (wake == NULL)
-            abort();
-        wake->super.run = wake_run;
-        wake->call = w->call;
-        echod_call_retain(w->call);
-        echod_loop_post(w->call->loop, &wake->super);
-    }
+    for (watcher_t *w = watchers; w != NULL; w = w->next)
+        echod_call_wake_ready(w->call);
     pthread_mutex_unlock(&watchers_mutex);
 }
 
-int echod_health_is_serving(const echod_server_t *server)
+int echod_health_is_serving(const struct echod_server *server)
 {
     (void)server;
     return atomic_load_explicit(&serving, memory_order_acquire);

@@ -7,7 +7,8 @@
 #define ECHOD_HEALTH_H
 
 #include "services/registry.h"
-#include "transport/server.h"
+
+struct echod_server;
 
 extern const echod_method_t *const echod_health_methods[];
 
@@ -17,9 +18,9 @@ extern const echod_method_t *const echod_health_methods[];
  * SERVING. The state is process-wide (one server per process); `server` keeps the call sites
  * honest should that change.
  */
-void echod_health_set_serving(echod_server_t *server, int serving);
+void echod_health_set_serving(struct echod_server *server, int serving);
 
 /* Any thread: the last value set (1 before any call). */
-int echod_health_is_serving(const echod_server_t *server);
+int echod_health_is_serving(const struct echod_server *server);
 
 #endif

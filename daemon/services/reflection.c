@@ -6,7 +6,6 @@
 #include "dispatch/call.h"
 #include "reflection.pb-c.h"
 #include "services/reflection.h"
-#include "transport/server.h"
 #include "util/log.h"
 
 /*
@@ -446,7 +445,7 @@ static void info_message(echod_call_t *call, echod_msg_t *msg)
         echod_call_close(call, ECHOD_INTERNAL, "Invalid protobuf byte sequence");
         return;
     }
-    echod_msg_t *out = answer(&call->server->registry, req);
+    echod_msg_t *out = answer(echod_call_registry(call), req);
     grpc__reflection__v1__server_reflection_request__free_unpacked(req, NULL);
     if (echod_call_is_ready(call)) {
         echod_call_send(call, out);

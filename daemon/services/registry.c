@@ -32,20 +32,10 @@ void echod_registry_init(echod_registry_t *reg)
     }
 }
 
-const echod_method_t *echod_registry_find(const echod_registry_t *reg, const char *path, size_t len)
-{
-    for (size_t i = 0; i != reg->count; i++) {
-        const char *p = reg->methods[i]->path;
-        if (strlen(p) == len && memcmp(p, path, len) == 0)
-            return reg->methods[i];
-    }
-    return NULL;
-}
-
 static int check_path(const echod_registry_t *reg, const echod_config_t *cfg, const char *key, const char *path,
                       char *err, size_t errlen)
 {
-    if (echod_registry_find(reg, path, strlen(path)) != NULL)
+    if (echod_method_find(reg, path, strlen(path)) != NULL)
         return 0;
     char entry[512], at[320];
     snprintf(entry, sizeof(entry), "%s.%s", key, path);

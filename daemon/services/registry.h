@@ -1,52 +1,17 @@
 /*
- * The methods echod serves. A method is a set of handler callbacks run as call steps (on the
- * loop thread for `direct`, on an executor worker otherwise); handlers talk to the client only
- * through the echod_call_* functions of dispatch/call.h, never to a socket or nghttp2.
+ * The methods echod serves: every service's method table, copied into one echod_registry_t
+ * (dispatch/method.h) with each method's metrics index, and the check of config keys that
+ * name methods.
  */
 #ifndef ECHOD_REGISTRY_H
 #define ECHOD_REGISTRY_H
 
-#include <stddef.h>
-#include "grpc/deframe.h"
-#include "metrics/metrics.h"
+#include "dispatch/method.h"
 
-struct echod_call;
-
-typedef struct echod_method {
-    const char *path;    /* "/grpc.examples.echo.Echo/UnaryEcho" */
-    const char *service; /* "grpc.examples.echo.Echo" */
-    const char *name;    /* "UnaryEcho" */
-    echod_grpc_type_t type;
-    /* start_call: set up state and request the first message(s) */
-    void (*on_start)(struct echod_call *call);
-    /* messages_available: exactly one message, owned by the handler from here */
-    void (*on_message)(struct echod_call *call, echod_msg_t *msg);
-    /* half_closed: the client will send no more messages */
-    void (*on_half_close)(struct echod_call *call);
-    /* on_ready: the call may write again (outbound bytes below the threshold) */
-    void (*on_ready)(struct echod_call *call);
-    /* closed: the call is over (completed or cancelled); free handler state */
-    void (*on_complete)(struct echod_call *call);
-    size_t metrics_index; /* into echod_metrics.methods, set by echod_registry_init */
-    /* Answered on the I/O loop with the inline runner, never queued behind the executor, and
-     * exempt from admission limits: health probes must pass while the executor is saturated. */
-    unsigned on_loop : 1;
-} echod_method_t;
-
-/* .path, .service and .name of a method from its service's full name and its method name:
- * {ECHOD_METHOD("grpc.examples.echo.Echo", UnaryEcho), .type = ...} */
-#define ECHOD_METHOD(svc, m) .path = "/" svc "/" #m, .service = svc, .name = #m
-
-typedef struct {
-    const echod_method_t **methods;
-    size_t count;
-} echod_registry_t;
+struct echod_config;
 
 /* Registers every built-in method with metrics. Main thread, at start-up. */
 void echod_registry_init(echod_registry_t *reg);
-
-/* The method for a :path, or NULL. Any thread (the registry is read-only once built). */
-const echod_method_t *echod_registry_find(const echod_registry_t *reg, const char *path, size_t len);
 
 /*
  * A config may name methods (dispatch.per_method, work.per_method): 0 if each is served, else -1

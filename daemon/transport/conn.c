@@ -3,11 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <nghttp2/nghttp2.h>
-#include "grpc/status.h"
-#include "grpc/timeout.h"
-#include "services/work.h"
-#include "util/clock.h"
 #include "transport/conn.h"
+#include "transport/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 /* Above this many unsent bytes, stop asking nghttp2 for more until the socket drains. */
@@ -24,8 +22,8 @@ struct echod_conn {
     nghttp2_session *ngh;
     atomic_int refs; /* one for the open socket, one per call, one while batch-dirty */
     h2o_linklist_t link;
-    echod_call_t *calls; /* open streams */
-    echod_call_t *touched_head, *touched_tail;
+    echod_stream_t *streams; /* open ones */
+    echod_stream_t *touched_head, *touched_tail;
     bytes_t out;     /* frames nghttp2 produced, not yet handed to the socket */
     bytes_t writing; /* the bytes of the one outstanding h2o_socket_write */
     h2o_timeout_entry_t tail_entry;
@@ -71,7 +69,8 @@ void echod_conn_release(echod_conn_t *conn)
     }
 }
 
-static int bytes_append(bytes_t *b, const void *p, size_t n)
+/* n more bytes at the end of b, to be written by the caller; NULL when out of memory */
+static uint8_t *bytes_reserve(bytes_t *b, size_t n)
 {
     if (b->len + n > b->cap) {
         size_t cap = b->cap < 16384 ? 16384 : b->cap;
@@ -79,13 +78,12 @@ static int bytes_append(bytes_t *b, const void *p, size_t n)
             cap *= 2;
         uint8_t *d = realloc(b->data, cap);
         if (d == NULL)
-            return -1;
+            return NULL;
         b->data = d;
         b->cap = cap;
     }
-    memcpy(b->data + b->len, p, n);
     b->len += n;
-    return 0;
+    return b->data + b->len - n;
 }
 
 /* --- flushing (DESIGN.md section 6) --- */
@@ -254,15 +252,15 @@ static void terminate(echod_conn_t *conn, uint32_t code, echod_close_reason_t re
     arm_guard_deadline(conn);
 }
 
-/* Idle means no open stream: the timer runs only while conn->calls is empty. */
+/* Idle means no open stream: the timer runs only while conn->streams is empty. */
 static void update_idle(echod_conn_t *conn)
 {
     uint64_t idle = conn->loop->server->cfg->transport.idle_timeout_ms;
     if (idle == 0 || !conn->established || conn->closed || conn->goaway_notice || conn->terminated)
         return;
-    if (conn->calls == NULL && !h2o_timeout_is_linked(&conn->guard_entry))
+    if (conn->streams == NULL && !h2o_timeout_is_linked(&conn->guard_entry))
         h2o_timeout_link(conn->loop->evloop, &conn->loop->idle, &conn->guard_entry);
-    else if (conn->calls != NULL)
+    else if (conn->streams != NULL)
         h2o_timeout_unlink(&conn->guard_entry);
 }
 
@@ -297,21 +295,20 @@ static void start_age(echod_conn_t *conn)
     echod_loop_link_deadline(conn->loop, &conn->age_entry, h2o_now(conn->loop->evloop) + when);
 }
 
-/* --- calls: touched list and stream bookkeeping --- */
+/* --- streams: touched list and bookkeeping --- */
 
-static void touch(echod_call_t *call)
+void echod_conn__touch(echod_conn_t *conn, echod_stream_t *s)
 {
-    echod_conn_t *conn = call->conn;
-    if (call->io.touched)
+    if (s->touched)
         return;
-    call->io.touched = 1;
-    echod_call_retain(call);
-    call->io.next_touched = NULL;
+    s->touched = 1;
+    echod_call_retain(&s->call);
+    s->next_touched = NULL;
     if (conn->touched_tail != NULL)
-        conn->touched_tail->io.next_touched = call;
+        conn->touched_tail->next_touched = s;
     else
-        conn->touched_head = call;
-    conn->touched_tail = call;
+        conn->touched_head = s;
+    conn->touched_tail = s;
 }
 
 static void conn_process(echod_conn_t *conn)
@@ -319,14 +316,14 @@ static void conn_process(echod_conn_t *conn)
     if (conn->processing)
         return;
     conn->processing = 1;
-    echod_call_t *call;
-    while ((call = conn->touched_head) != NULL) {
-        conn->touched_head = call->io.next_touched;
+    echod_stream_t *s;
+    while ((s = conn->touched_head) != NULL) {
+        conn->touched_head = s->next_touched;
         if (conn->touched_head == NULL)
             conn->touched_tail = NULL;
-        call->io.touched = 0;
-        echod_call_pump(call);
-        echod_call_release(call);
+        s->touched = 0;
+        echod_stream_pump(s);
+        echod_call_release(&s->call);
         if (conn->immediate_due) {
             conn->immediate_due = 0;
             conn->processing = 0;
@@ -337,94 +334,71 @@ static void conn_process(echod_conn_t *conn)
     conn->processing = 0;
 }
 
-static void unlink_call(echod_call_t *call)
-{
-    echod_conn_t *conn = call->conn;
-    if (!call->io.in_conn)
-        return;
-    call->io.in_conn = 0;
-    if (call->io.prev_in_conn != NULL)
-        call->io.prev_in_conn->io.next_in_conn = call->io.next_in_conn;
-    else
-        conn->calls = call->io.next_in_conn;
-    if (call->io.next_in_conn != NULL)
-        call->io.next_in_conn->io.prev_in_conn = call->io.prev_in_conn;
-    update_idle(conn);
-}
-
 /* The stream is gone (trailers sent and peer done, reset, or connection lost). */
-static void stream_closed(echod_call_t *call)
+static void stream_gone(echod_stream_t *s)
 {
-    call->io.closed = 1;
-    if (call->io.drain_open && !call->io.drain_cut)
-        ECHOD_COUNT(echod_metrics.drain_streams_finished);
-    if (!call->io.trailers_sent)
-        atomic_store_explicit(&call->cancelled, 1, memory_order_release);
-    h2o_timeout_unlink(&call->io.deadline);
-    unlink_call(call);
-    touch(call);
-    echod_call_release(call); /* the transport's reference */
+    echod_conn_t *conn = s->conn;
+    echod_stream_closed(s);
+    if (s->prev_in_conn != NULL)
+        s->prev_in_conn->next_in_conn = s->next_in_conn;
+    else
+        conn->streams = s->next_in_conn;
+    if (s->next_in_conn != NULL)
+        s->next_in_conn->prev_in_conn = s->prev_in_conn;
+    update_idle(conn);
+    echod_conn__touch(conn, s);
+    echod_call_release(&s->call); /* the transport's reference */
 }
 
-/* --- sending --- */
+/* --- what a stream uses of its connection --- */
 
-static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
-                            uint32_t *data_flags, nghttp2_data_source *source, void *user_data);
-
-#define NV(n, v)                                                                                                       \
-    {                                                                                                                  \
-        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE                                 \
-    }
-#define NV_UNINDEXED(n, v)                                                                                             \
-    {                                                                                                                  \
-        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NO_INDEX                             \
-    }
-
-/* grpc-status values by code; a code outside 0..16 is sent as UNKNOWN */
-static const char *status_code_str(int code)
+echod_loop_t *echod_conn__loop(echod_conn_t *conn)
 {
-    static const char *const codes[] = {"0", "1",  "2",  "3",  "4",  "5",  "6",  "7", "8",
-                                        "9", "10", "11", "12", "13", "14", "15", "16"};
-    return code >= 0 && code < (int)(sizeof(codes) / sizeof(codes[0])) ? codes[code] : codes[ECHOD_UNKNOWN];
+    return conn->loop;
 }
 
-/* grpc-status, grpc-message and echod-timing: at most 3 entries. */
-static void status_nv(echod_call_t *call, nghttp2_nv *nv, size_t *n, char *msg_buf, size_t msg_cap)
+nghttp2_session *echod_conn__session(echod_conn_t *conn)
 {
-    nv[(*n)++] = (nghttp2_nv)NV("grpc-status", status_code_str(call->io.status_code));
-    if (call->io.status_message != NULL && call->io.status_message[0] != '\0') {
-        echod_status_encode_message(msg_buf, msg_cap, call->io.status_message);
-        nv[(*n)++] = (nghttp2_nv)NV_UNINDEXED("grpc-message", msg_buf);
-    }
-    /* a new value every call: indexing it would churn the HPACK table for nothing */
-    if (call->io.timing != NULL)
-        nv[(*n)++] = (nghttp2_nv)NV_UNINDEXED("echod-timing", call->io.timing);
+    return conn->ngh;
 }
 
-static ssize_t data_read_cb(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
-                            uint32_t *data_flags, nghttp2_data_source *source, void *user_data)
+int echod_conn__closed(const echod_conn_t *conn)
 {
-    (void)buf;
-    (void)user_data;
-    echod_call_t *call = source->ptr;
-    if (call->io.out_queued == 0 && !call->io.trailers_queued) {
-        call->io.data_deferred = 1;
-        return NGHTTP2_ERR_DEFERRED;
-    }
-    size_t n = call->io.out_queued < length ? call->io.out_queued : length;
-    if (n != 0)
-        *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
-    if (n == call->io.out_queued && call->io.trailers_queued) {
-        nghttp2_nv nv[3];
-        size_t nvlen = 0;
-        char msg[512];
-        status_nv(call, nv, &nvlen, msg, sizeof(msg));
-        *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-        if (nghttp2_submit_trailer(session, stream_id, nv, nvlen) != 0)
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
-    }
-    return (ssize_t)n;
+    return conn->closed;
 }
+
+void echod_conn__hold(echod_conn_t *conn)
+{
+    conn_hold(conn);
+}
+
+void echod_conn__dirty(echod_conn_t *conn)
+{
+    mark_dirty(conn);
+}
+
+void echod_conn__process(echod_conn_t *conn)
+{
+    conn_process(conn);
+}
+
+void echod_conn__flush_immediate(echod_conn_t *conn)
+{
+    if (conn->processing || conn->in_recv)
+        conn->immediate_due = 1;
+    else
+        echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_IMMEDIATE);
+}
+
+void echod_conn__consume(echod_conn_t *conn, int32_t stream_id, size_t n)
+{
+    if (conn->closed || n == 0)
+        return;
+    nghttp2_session_consume(conn->ngh, stream_id, n);
+    mark_dirty(conn);
+}
+
+/* --- nghttp2 callbacks: record and touch, nothing more --- */
 
 static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
                         nghttp2_data_source *source, void *user_data)
@@ -432,196 +406,30 @@ static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const ui
     (void)session;
     (void)frame;
     echod_conn_t *conn = user_data;
-    echod_call_t *call = source->ptr;
-    if (bytes_append(&conn->out, framehd, 9) != 0)
+    uint8_t *dst = bytes_reserve(&conn->out, 9 + length);
+    if (dst == NULL)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
-    size_t freed = 0;
-    while (length != 0) {
-        echod_msg_t *m = call->io.out_head;
-        size_t avail = echod_msg_frame_len(m) - call->io.out_offset;
-        size_t take = avail < length ? avail : length;
-        if (bytes_append(&conn->out, m->frame + call->io.out_offset, take) != 0)
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
-        length -= take;
-        call->io.out_queued -= take;
-        call->io.out_offset += take;
-        if (call->io.out_offset == echod_msg_frame_len(m)) {
-            call->io.out_head = m->next;
-            if (call->io.out_head == NULL)
-                call->io.out_tail = NULL;
-            call->io.out_offset = 0;
-            freed += echod_msg_frame_len(m);
-            echod_msg_free(m);
-        }
-    }
-    if (freed != 0) {
-        size_t limit = call->server->cfg->transport.max_send_buffer_bytes;
-        size_t before = atomic_fetch_sub_explicit(&call->out_bytes, freed, memory_order_acq_rel);
-        if (before >= limit && before - freed < limit) {
-            call->io.ready_due = 1; /* grpc-java's onReady: a transition back to ready */
-            touch(call);
-        }
-    }
+    memcpy(dst, framehd, 9);
+    echod_stream_copy_data(source->ptr, dst + 9, length);
     return 0;
 }
-
-static void submit_headers(echod_call_t *call, int with_data)
-{
-    echod_conn_t *conn = call->conn;
-    size_t echoed = call->work.echo_metadata ? call->io.hdr.meta_count : 0;
-    nghttp2_nv fixed[5], *nv = echoed != 0 ? malloc((5 + echoed) * sizeof(*nv)) : fixed;
-    if (nv == NULL)
-        nv = fixed, echoed = 0;
-    nv[0] = (nghttp2_nv)NV(":status", "200");
-    nv[1] = (nghttp2_nv)NV("content-type", "application/grpc");
-    size_t n = 2;
-    char msg[512];
-    if (!with_data)
-        status_nv(call, nv, &n, msg, sizeof(msg));
-    for (const char *p = call->io.hdr.meta; echoed != 0 && p < call->io.hdr.meta + call->io.hdr.meta_len;) {
-        size_t nl = strlen(p), vl = strlen(p + nl + 1);
-        nv[n++] = (nghttp2_nv){(uint8_t *)p, (uint8_t *)p + nl + 1, nl, vl, NGHTTP2_NV_FLAG_NONE};
-        p += nl + vl + 2;
-    }
-    nghttp2_data_provider prd = {.source.ptr = call, .read_callback = data_read_cb};
-    nghttp2_submit_response(conn->ngh, call->io.stream_id, nv, n, with_data ? &prd : NULL);
-    if (nv != fixed)
-        free(nv);
-}
-
-void echod_conn_send_message(echod_call_t *call, echod_msg_t *msg)
-{
-    echod_conn_t *conn = call->conn;
-    if (conn->closed || call->io.closed || call->io.trailers_queued) {
-        atomic_fetch_sub_explicit(&call->out_bytes, echod_msg_frame_len(msg), memory_order_acq_rel);
-        echod_msg_free(msg);
-        return;
-    }
-    msg->next = NULL;
-    if (call->io.out_tail != NULL)
-        call->io.out_tail->next = msg;
-    else
-        call->io.out_head = msg;
-    call->io.out_tail = msg;
-    call->io.out_queued += echod_msg_frame_len(msg);
-    if (!call->io.headers_sent) {
-        call->io.headers_sent = 1;
-        submit_headers(call, 1);
-    } else if (call->io.data_deferred) {
-        call->io.data_deferred = 0;
-        nghttp2_session_resume_data(conn->ngh, call->io.stream_id);
-    }
-    mark_dirty(conn);
-}
-
-/* Queues the status as trailers (or Trailers-Only). If the client has not half-closed, the
- * trailers are followed by RST_STREAM(NO_ERROR) (PROTOCOL-HTTP2 "early server closure"): any
- * other code races the trailers at the client, and grpc-core then reports CANCELLED instead of
- * the status we sent (measured: 5 of 60 grpcio deadline calls with CANCEL, 0 of 200 with NO_ERROR). */
-void echod_conn_close_call(echod_call_t *call, int code, const char *message, const char *timing)
-{
-    echod_conn_t *conn = call->conn;
-    if (conn->closed || call->io.closed || call->io.trailers_queued)
-        return;
-    call->io.trailers_queued = 1;
-    call->io.status_code = code;
-    call->io.status_message = message != NULL ? strdup(message) : NULL;
-    call->io.timing = timing != NULL && timing[0] != '\0' ? timing : NULL;
-    if (!call->io.headers_sent) {
-        call->io.headers_sent = 1;
-        submit_headers(call, 0); /* Trailers-Only */
-    } else if (call->io.data_deferred) {
-        call->io.data_deferred = 0;
-        nghttp2_session_resume_data(conn->ngh, call->io.stream_id);
-    }
-    mark_dirty(conn);
-    if (call->server->cfg->transport.flush == ECHOD_FLUSH_IMMEDIATE) {
-        if (conn->processing || conn->in_recv)
-            conn->immediate_due = 1;
-        else
-            echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_IMMEDIATE);
-    }
-}
-
-void echod_conn_consume(echod_call_t *call, size_t n)
-{
-    echod_conn_t *conn = call->conn;
-    if (conn->closed || n == 0)
-        return;
-    nghttp2_session_consume(conn->ngh, call->io.stream_id, n);
-    mark_dirty(conn);
-}
-
-static void on_deadline(h2o_timeout_entry_t *entry)
-{
-    echod_call_t *call = H2O_STRUCT_FROM_MEMBER(echod_call_t, io.deadline, entry);
-    echod_conn_t *conn = call->conn;
-    if (call->io.trailers_queued || call->io.closed)
-        return;
-    call->io.expired = 1;
-    if (!atomic_load_explicit(&call->handler_started, memory_order_acquire))
-        ECHOD_COUNT(echod_metrics.deadline_expired_queued);
-    atomic_store_explicit(&call->cancelled, 1, memory_order_release);
-    echod_conn_close_call(call, ECHOD_DEADLINE_EXCEEDED, "Deadline exceeded", NULL);
-    conn_process(conn);
-}
-
-/* --- receiving: nghttp2 callbacks record and touch, nothing more --- */
 
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
 {
     echod_conn_t *conn = user_data;
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
-    echod_call_t *call = echod_call_new(conn->loop->server, conn->loop, conn, frame->hd.stream_id);
-    if (call == NULL)
+    echod_stream_t *s = echod_stream_new(conn, frame->hd.stream_id);
+    if (s == NULL)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    atomic_fetch_add_explicit(&conn->refs, 1, memory_order_relaxed);
-    call->io.deadline.cb = on_deadline;
-    call->io.in_conn = 1;
-    call->io.next_in_conn = conn->calls;
-    if (conn->calls != NULL)
-        conn->calls->io.prev_in_conn = call;
-    conn->calls = call;
+    s->next_in_conn = conn->streams;
+    if (conn->streams != NULL)
+        conn->streams->prev_in_conn = s;
+    conn->streams = s;
     conn->header_bytes = 0;
     update_idle(conn);
-    nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, call);
+    nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, s);
     return 0;
-}
-
-/* lit must be a string literal: its length is known at compile time */
-#define header_is(p, len, lit) ((len) == sizeof(lit) - 1 && memcmp((p), (lit), sizeof(lit) - 1) == 0)
-
-/* application/grpc, application/grpc+proto, application/grpc;charset=... (gRPC's rule) */
-static int content_type_ok(const uint8_t *v, size_t len)
-{
-    static const char base[] = "application/grpc";
-    size_t bl = sizeof(base) - 1;
-    if (len < bl || strncasecmp((const char *)v, base, bl) != 0)
-        return 0;
-    return len == bl || v[bl] == '+' || v[bl] == ';';
-}
-
-/* Transport and gRPC protocol headers are not application metadata: they are never echoed. */
-static int is_reserved_header(const uint8_t *name, size_t len)
-{
-    return header_is(name, len, "te") || header_is(name, len, "user-agent") || header_is(name, len, "host") ||
-           (len >= 5 && memcmp(name, "grpc-", 5) == 0);
-}
-
-static void keep_metadata(echod_call_t *call, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen)
-{
-    size_t need = call->io.hdr.meta_len + nlen + vlen + 2;
-    char *m = realloc(call->io.hdr.meta, need);
-    if (m == NULL)
-        return;
-    memcpy(m + call->io.hdr.meta_len, name, nlen);
-    m[call->io.hdr.meta_len + nlen] = '\0';
-    memcpy(m + call->io.hdr.meta_len + nlen + 1, value, vlen);
-    m[need - 1] = '\0';
-    call->io.hdr.meta = m;
-    call->io.hdr.meta_len = need;
-    call->io.hdr.meta_count++;
 }
 
 static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
@@ -630,8 +438,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     (void)flags;
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
-    echod_call_t *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
-    if (call == NULL)
+    echod_stream_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (s == NULL)
         return 0;
     echod_conn_t *conn = user_data;
     /* RFC 9113's accounting: name + value + 32 per field */
@@ -640,123 +448,8 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
         ECHOD_COUNT(echod_metrics.header_lists_too_large);
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets this stream only */
     }
-    if (header_is(name, namelen, ":method")) {
-        call->io.hdr.method_seen = 1;
-        call->io.hdr.is_post = header_is(value, valuelen, "POST");
-    } else if (header_is(name, namelen, ":path")) {
-        free(call->io.path);
-        call->io.path = strndup((const char *)value, valuelen);
-        call->io.path_len = valuelen;
-    } else if (header_is(name, namelen, "content-type")) {
-        call->io.hdr.ct_seen = 1;
-        call->io.hdr.ct_ok = content_type_ok(value, valuelen);
-    } else if (header_is(name, namelen, "grpc-encoding")) {
-        call->io.hdr.enc_unsupported = !header_is(value, valuelen, "identity");
-    } else if (header_is(name, namelen, "grpc-timeout")) {
-        if (echod_grpc_timeout_parse((const char *)value, valuelen, &call->io.hdr.timeout_ns) != 0)
-            call->io.hdr.timeout_bad = 1;
-    } else if (header_is(name, namelen, "echod-stage")) {
-        /* a load generator names its ramp stage per call: the loop's copy keeps the lock off the
-         * path until the name changes; the metrics decide whether it is valid and new */
-        echod_loop_t *loop = conn->loop;
-        if (valuelen != 0 && valuelen < sizeof(loop->stage) &&
-            (valuelen != strlen(loop->stage) || memcmp(loop->stage, value, valuelen) != 0)) {
-            memcpy(loop->stage, value, valuelen);
-            loop->stage[valuelen] = '\0';
-            echod_metrics_enter_stage(loop->stage, valuelen);
-        }
-    } else if (echod_work_parse_header((const char *)name, namelen, (const char *)value, valuelen, &call->io.hdr.work,
-                                       &call->io.hdr.work_set, &call->io.hdr.work_error)) {
-        /* a work knob: also echoed with the rest of the metadata */
-        keep_metadata(call, name, namelen, value, valuelen);
-    } else if (name[0] != ':' && !is_reserved_header(name, namelen)) {
-        keep_metadata(call, name, namelen, value, valuelen);
-    }
+    echod_stream_header(s, name, namelen, value, valuelen);
     return 0;
-}
-
-static void reject_http(echod_call_t *call, const char *status, const char *message)
-{
-    echod_conn_t *conn = call->conn;
-    nghttp2_nv nv[] = {NV(":status", status), NV("content-type", "text/plain; charset=utf-8"),
-                       NV("grpc-status", status_code_str(ECHOD_INTERNAL)), NV("grpc-message", message)};
-    call->io.rejected = 1;
-    call->io.headers_sent = 1;
-    call->io.trailers_queued = 1;
-    call->io.status_code = ECHOD_INTERNAL;
-    nghttp2_submit_response(conn->ngh, call->io.stream_id, nv, sizeof(nv) / sizeof(nv[0]), NULL);
-}
-
-/* HEADERS is complete: HTTP-level checks happen here, before the call has any step. */
-static void request_headers_done(echod_call_t *call)
-{
-    echod_conn_t *conn = call->conn;
-    if (!call->io.hdr.is_post) {
-        reject_http(call, "405", "Method not allowed: gRPC requires POST");
-        return;
-    }
-    if (!call->io.hdr.ct_ok) {
-        reject_http(call, "415", "Unsupported content-type: gRPC requires application/grpc");
-        return;
-    }
-    if (call->io.hdr.enc_unsupported) {
-        static const nghttp2_nv accept = NV("grpc-accept-encoding", "identity");
-        nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
-                           NV("grpc-status", status_code_str(ECHOD_UNIMPLEMENTED)),
-                           NV("grpc-message", "Unsupported grpc-encoding: only identity is supported"), accept};
-        call->io.rejected = 1;
-        call->io.headers_sent = 1;
-        call->io.trailers_queued = 1;
-        call->io.status_code = ECHOD_UNIMPLEMENTED;
-        nghttp2_submit_response(conn->ngh, call->io.stream_id, nv, sizeof(nv) / sizeof(nv[0]), NULL);
-        return;
-    }
-    if (call->io.path == NULL) {
-        call->io.path = strdup("");
-        call->io.path_len = 0;
-    }
-    echod_server_t *server = conn->loop->server;
-    const echod_method_t *m = echod_registry_find(&server->registry, call->io.path, call->io.path_len);
-    if (m != NULL && m->on_loop) {
-        /* before any step: the call switches to the inline runner on this loop */
-        echod_serializer_init(&call->serializer, server->dispatcher.exec, server->dispatcher.exec_metrics,
-                              ECHOD_SER_INLINE);
-    } else {
-        uint32_t limit = server->cfg->limits.max_calls_in_flight;
-        if (limit != 0 && atomic_load_explicit(&echod_metrics.calls_admitted, memory_order_relaxed) >= limit) {
-            ECHOD_COUNT(echod_metrics.calls_shed);
-            if (m != NULL) {
-                /* as a load-shedding interceptor would: started and handled, never run */
-                ECHOD_COUNT(echod_metrics.methods[m->metrics_index].started);
-                ECHOD_COUNT(echod_metrics.methods[m->metrics_index].handled[ECHOD_RESOURCE_EXHAUSTED]);
-            }
-            call->io.started = 1; /* shed before any step: nothing was accepted */
-            call->io.rejected = 1;
-            echod_conn_close_call(call, ECHOD_RESOURCE_EXHAUSTED, "Server at limits.max_calls_in_flight", NULL);
-            return;
-        }
-        call->admitted = 1;
-        echod_metrics_add_admitted(1);
-    }
-    if (server->cfg->work.allow_metadata_overrides) {
-        call->work_error = call->io.hdr.work_error;
-        call->io.hdr.work_error = NULL;
-    }
-    echod_work_resolve(server->cfg, call->io.path, &call->io.hdr.work, call->io.hdr.work_set, &call->work,
-                       &call->work_error);
-    if (call->io.hdr.timeout_bad) {
-        call->io.started = 1; /* no steps: the request never reached a method */
-        call->io.rejected = 1;
-        echod_conn_close_call(call, ECHOD_INTERNAL, "Malformed grpc-timeout header", NULL);
-        return;
-    }
-    if (call->io.hdr.timeout_ns != 0) {
-        uint64_t ms = (call->io.hdr.timeout_ns + 999999) / 1000000;
-        uint64_t now = h2o_now(conn->loop->evloop);
-        call->io.deadline_ms = ms > UINT64_MAX - now ? UINT64_MAX : now + ms;
-        echod_loop_link_deadline(conn->loop, &call->io.deadline, call->io.deadline_ms);
-    }
-    touch(call);
 }
 
 /*
@@ -802,17 +495,17 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     }
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
         return 0;
-    echod_call_t *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
-    if (call == NULL)
+    echod_stream_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (s == NULL)
         return 0;
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
-        call->io.end_stream = 1;
+        s->recv = ECHOD_RECV_END_STREAM;
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
-        request_headers_done(call);
+        echod_stream_headers_done(s);
         return 0;
     }
-    if (!call->io.rejected)
-        touch(call);
+    if (s->steps != ECHOD_STEPS_REJECTED)
+        echod_conn__touch(conn, s);
     return 0;
 }
 
@@ -821,27 +514,10 @@ static int on_data_chunk_recv(nghttp2_session *session, uint8_t flags, int32_t s
 {
     (void)flags;
     (void)user_data;
-    echod_call_t *call = nghttp2_session_get_stream_user_data(session, stream_id);
-    if (call == NULL || call->io.rejected || call->io.deframe_failed || call->io.trailers_queued) {
-        nghttp2_session_consume(session, stream_id, len);
-        return 0;
-    }
-    echod_deframer_t *d = &call->io.deframer;
-    if (echod_deframer_feed(d, data, len) != ECHOD_DEFRAME_OK) {
-        call->io.deframe_failed = 1;
-        nghttp2_session_consume(session, stream_id, len + call->io.held_bytes);
-        call->io.held_bytes = 0;
-        touch(call);
-        return 0;
-    }
-    /* bytes return to the window as messages are delivered: a slow handler back-pressures */
-    if (d->count == 0) {
-        nghttp2_session_consume(session, stream_id, len + call->io.held_bytes);
-        call->io.held_bytes = 0;
-    } else {
-        call->io.held_bytes += len;
-        touch(call);
-    }
+    echod_stream_t *s = nghttp2_session_get_stream_user_data(session, stream_id);
+    size_t consumed = s != NULL ? echod_stream_data(s, data, len) : len;
+    if (consumed != 0)
+        nghttp2_session_consume(session, stream_id, consumed);
     return 0;
 }
 
@@ -857,12 +533,11 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
     if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
         !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
-    echod_call_t *call = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
-    if (call == NULL)
+    echod_stream_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (s == NULL)
         return 0;
-    call->io.trailers_sent = 1;
-    /* a server that ends before the client did resets the rest of the stream (see echod_conn_close_call) */
-    if (!call->io.end_stream)
+    /* a server that ends before the client did resets the rest of the stream (see echod_stream_close) */
+    if (echod_stream_end_sent(s))
         nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
     return 0;
 }
@@ -871,11 +546,11 @@ static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t
 {
     (void)error_code;
     (void)user_data;
-    echod_call_t *call = nghttp2_session_get_stream_user_data(session, stream_id);
-    if (call == NULL)
+    echod_stream_t *s = nghttp2_session_get_stream_user_data(session, stream_id);
+    if (s == NULL)
         return 0;
     nghttp2_session_set_stream_user_data(session, stream_id, NULL);
-    stream_closed(call);
+    stream_gone(s);
     return 0;
 }
 
@@ -884,8 +559,10 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
     (void)session;
     (void)flags;
     echod_conn_t *conn = user_data;
-    if (bytes_append(&conn->out, data, length) != 0)
+    uint8_t *dst = bytes_reserve(&conn->out, length);
+    if (dst == NULL)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
+    memcpy(dst, data, length);
     return (ssize_t)length;
 }
 
@@ -945,8 +622,8 @@ static void conn_close(echod_conn_t *conn)
     h2o_timeout_unlink(&conn->guard_entry);
     h2o_timeout_unlink(&conn->age_entry);
     /* nghttp2_session_del does not report stream closes: cancel every call ourselves */
-    while (conn->calls != NULL)
-        stream_closed(conn->calls);
+    while (conn->streams != NULL)
+        stream_gone(conn->streams);
     conn_process(conn);
     nghttp2_session_del(conn->ngh);
     conn->ngh = NULL;
@@ -997,12 +674,8 @@ void echod_conn_goaway(echod_conn_t *conn)
 size_t echod_conn_begin_drain(echod_conn_t *conn)
 {
     size_t open = 0;
-    for (echod_call_t *call = conn->calls; call != NULL; call = call->io.next_in_conn) {
-        if (!call->io.rejected && !call->io.trailers_queued) {
-            call->io.drain_open = 1;
-            open++;
-        }
-    }
+    for (echod_stream_t *s = conn->streams; s != NULL; s = s->next_in_conn)
+        open += (size_t)echod_stream_drain_mark(s);
     echod_conn_goaway(conn);
     return open;
 }
@@ -1015,15 +688,8 @@ void echod_conn_cut(echod_conn_t *conn)
         conn_close(conn);
         return;
     }
-    for (echod_call_t *call = conn->calls; call != NULL; call = call->io.next_in_conn) {
-        if (call->io.rejected || call->io.trailers_queued)
-            continue;
-        call->io.drain_cut = 1;
-        if (call->io.drain_open) /* a max_connection_age grace cut is not a drain cut */
-            ECHOD_COUNT(echod_metrics.drain_streams_cut);
-        atomic_store_explicit(&call->cancelled, 1, memory_order_release);
-        echod_conn_close_call(call, ECHOD_UNAVAILABLE, "Server shutting down: shutdown.drain_timeout passed", NULL);
-    }
+    for (echod_stream_t *s = conn->streams; s != NULL; s = s->next_in_conn)
+        echod_stream_cut(s);
     final_goaway(conn);
     echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);
 }

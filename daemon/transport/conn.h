@@ -1,32 +1,25 @@
 /*
- * One HTTP/2 connection: its socket (TCP or TLS), its nghttp2 session, its streams and its
- * write queue with the flush policy of DESIGN.md section 6. Loop thread only, except
- * echod_conn_release (a call may be freed on a worker).
+ * One HTTP/2 connection: its socket (TCP or TLS), its nghttp2 session, the list of its streams
+ * (transport/stream.h), its write queue with the flush policy (docs/dispatch-model.md), its
+ * timers, GOAWAY and drain. Loop thread only, except echod_conn_release (a call, and so its
+ * stream, may be freed on a worker).
  *
- * Rule: nghttp2 callbacks only record what happened and "touch" the call; steps are submitted
- * afterwards by echod_call_pump, outside nghttp2 (which must not be re-entered from callbacks).
+ * Rule: nghttp2 callbacks only record what happened and "touch" the stream; steps are submitted
+ * afterwards by echod_stream_pump, outside nghttp2 (which must not be re-entered from callbacks).
  */
 #ifndef ECHOD_CONN_H
 #define ECHOD_CONN_H
 
 #include <h2o/socket.h>
-#include "dispatch/call.h"
 #include "metrics/metrics.h"
 #include "transport/loop.h"
 
 typedef struct echod_conn echod_conn_t;
+struct echod_stream;
+struct nghttp2_session;
 
 /* Takes over an accepted socket (TLS handshake first when the server has a context). */
 void echod_conn_accept(echod_loop_t *loop, h2o_socket_t *sock);
-
-/* Queues a response message for the call (headers go first). Drops it if the stream is gone. */
-void echod_conn_send_message(echod_call_t *call, echod_msg_t *msg);
-
-/* Queues the trailers (or a Trailers-Only response) after the queued messages; timing may be NULL. */
-void echod_conn_close_call(echod_call_t *call, int code, const char *message, const char *timing);
-
-/* Returns n received bytes of the call's stream to the flow-control window. */
-void echod_conn_consume(echod_call_t *call, size_t n);
 
 /* Flushes if anything is queued, counting it under trigger. */
 void echod_conn_flush(echod_conn_t *conn, echod_flush_trigger_t trigger);
@@ -51,5 +44,23 @@ void echod_conn_release(echod_conn_t *conn);
 
 /* Loop thread: the conn behind a linklist node of echod_loop_t.conns. */
 echod_conn_t *echod_conn_from_link(h2o_linklist_t *link);
+
+/* --- for transport/stream.c only: what a stream uses of its connection (loop thread) --- */
+
+struct echod_loop *echod_conn__loop(echod_conn_t *conn);
+struct nghttp2_session *echod_conn__session(echod_conn_t *conn);
+int echod_conn__closed(const echod_conn_t *conn);
+/* A reference for a new stream (echod_conn_release drops it). */
+void echod_conn__hold(echod_conn_t *conn);
+/* Puts the stream on the list that conn_process pumps (once, holding a reference). */
+void echod_conn__touch(echod_conn_t *conn, struct echod_stream *s);
+/* Something was queued in nghttp2: schedule the flush the policy asks for. */
+void echod_conn__dirty(echod_conn_t *conn);
+/* Pumps every touched stream now (outside nghttp2 callbacks). */
+void echod_conn__process(echod_conn_t *conn);
+/* transport.flush=immediate after a status: flush now, or after the current read or pump. */
+void echod_conn__flush_immediate(echod_conn_t *conn);
+/* Returns n received bytes of a stream to the flow-control window. */
+void echod_conn__consume(echod_conn_t *conn, int32_t stream_id, size_t n);
 
 #endif
