@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dispatch/call.h"
+#include "services/adapters.h"
 #include "messages.pb-c.h"
 #include "services/benchmark.h"
 
@@ -15,7 +16,6 @@ typedef struct {
 typedef struct {
     plan_t plan;       /* of the last request */
     int have_plan;     /* a request was seen */
-    echod_msg_t *held; /* StreamingCall: a response waiting for on_ready */
     echod_msg_t *tmpl; /* StreamingFromServer, StreamingBothWays: the response sent over and over */
 } bench_t;
 
@@ -83,7 +83,6 @@ static echod_msg_t *build_response(uint32_t size)
 static void plan_parse(echod_call_t *call, echod_msg_t *msg, plan_t *p)
 {
     Grpc__Testing__SimpleRequest *req = grpc__testing__simple_request__unpack(NULL, msg->len, echod_msg_payload(msg));
-    echod_msg_free(msg);
     plan_clear(p);
     if (req == NULL) {
         plan_fail(p, ECHOD_INTERNAL, "Invalid protobuf byte sequence");
@@ -136,48 +135,29 @@ static void bench_complete(echod_call_t *call)
     if (b == NULL)
         return;
     plan_clear(&b->plan);
-    echod_msg_free(b->held);
     echod_msg_free(b->tmpl);
     free(b);
     call->h.state = NULL;
 }
 
-/* --- UnaryCall, StreamingFromServer: one request (grpc-java's unary rules, as in echo.c) --- */
+/* --- UnaryCall, StreamingFromServer: one request --- */
 
-static void single_start(echod_call_t *call)
-{
-    bench_alloc(call);
-    echod_call_request(call, 2);
-}
-
-static void single_message(echod_call_t *call, echod_msg_t *msg)
+/* Plans the response as the request arrives: an unparsable one fails the call at once, as in
+ * grpc-java (0 to go on). */
+static int single_check(echod_call_t *call, echod_msg_t *msg)
 {
     bench_t *b = call->h.state;
-    if (b->have_plan) {
-        echod_msg_free(msg);
-        echod_call_close(call, ECHOD_INTERNAL, "Too many requests");
-        return;
-    }
-    b->have_plan = 1;
     plan_parse(call, msg, &b->plan);
-    if (b->plan.code == ECHOD_INTERNAL) /* unparsable: grpc-java fails the call at once */
-        plan_close(call, &b->plan);
+    if (b->plan.code == ECHOD_INTERNAL)
+        return plan_close(call, &b->plan) ? -1 : 0;
+    return 0;
 }
 
-static int single_take(echod_call_t *call)
+static void unary_invoke(echod_call_t *call, echod_msg_t *req)
 {
     bench_t *b = call->h.state;
-    if (!b->have_plan) {
-        echod_call_close(call, ECHOD_INTERNAL, "Half-closed without a request");
-        return 0;
-    }
-    return !plan_close(call, &b->plan);
-}
-
-static void unary_half_close(echod_call_t *call)
-{
-    bench_t *b = call->h.state;
-    if (!single_take(call))
+    echod_msg_free(req); /* planned at arrival */
+    if (plan_close(call, &b->plan))
         return;
     echod_call_send(call, build_response(b->plan.size));
     echod_call_close(call, ECHOD_OK, NULL);
@@ -189,25 +169,30 @@ static void unary_half_close(echod_call_t *call)
  * The stream ends when the client cancels (or, both ways, half-closes).
  */
 
+static int flood_one(echod_call_t *call)
+{
+    bench_t *b = call->h.state;
+    if (b->tmpl == NULL || echod_call_is_cancelled(call))
+        return 0;
+    echod_call_send(call, echod_msg_from(echod_msg_payload(b->tmpl), b->tmpl->len));
+    return 1;
+}
+
 static void flood(echod_call_t *call)
 {
-    bench_t *b = call->h.state;
-    if (b->tmpl == NULL)
-        return;
-    while (echod_call_is_ready(call) && !echod_call_is_cancelled(call))
-        echod_call_send(call, echod_msg_from(echod_msg_payload(b->tmpl), b->tmpl->len));
+    while (echod_call_is_ready(call) && flood_one(call))
+        ;
 }
 
-static void from_server_half_close(echod_call_t *call)
+static void from_server_invoke(echod_call_t *call, echod_msg_t *req)
 {
     bench_t *b = call->h.state;
-    if (!single_take(call))
-        return;
-    b->tmpl = build_response(b->plan.size);
-    flood(call);
+    echod_msg_free(req);
+    if (!plan_close(call, &b->plan))
+        b->tmpl = build_response(b->plan.size);
 }
 
-static void both_ways_start(echod_call_t *call)
+static void streaming_start(echod_call_t *call)
 {
     bench_alloc(call);
     echod_call_request(call, 1);
@@ -224,6 +209,7 @@ static void both_ways_message(echod_call_t *call, echod_msg_t *msg)
     }
     b->have_plan = 1;
     plan_parse(call, msg, &b->plan);
+    echod_msg_free(msg);
     if (plan_close(call, &b->plan))
         return;
     b->tmpl = build_response(b->plan.size);
@@ -236,47 +222,16 @@ static void end_ok(echod_call_t *call)
     echod_call_close(call, ECHOD_OK, NULL);
 }
 
-/* --- StreamingCall: ping-pong, one response per request; on_ready gates the next request --- */
+/* --- StreamingCall: ping-pong, one response per request --- */
 
-static void streaming_start(echod_call_t *call)
-{
-    bench_alloc(call);
-    echod_call_request(call, 1);
-}
-
-static void streaming_message(echod_call_t *call, echod_msg_t *msg)
+static echod_msg_t *streaming_reply(echod_call_t *call, echod_msg_t *msg)
 {
     bench_t *b = call->h.state;
     plan_parse(call, msg, &b->plan);
+    echod_msg_free(msg);
     if (plan_close(call, &b->plan))
-        return;
-    echod_msg_t *out = build_response(b->plan.size);
-    if (echod_call_is_ready(call)) {
-        echod_call_send(call, out);
-        echod_call_request(call, 1);
-    } else {
-        b->held = out; /* the client is not reading: hold it and stop asking until on_ready */
-    }
-}
-
-static void streaming_ready(echod_call_t *call)
-{
-    bench_t *b = call->h.state;
-    if (b->held == NULL || !echod_call_is_ready(call))
-        return;
-    echod_call_send(call, b->held);
-    b->held = NULL;
-    echod_call_request(call, 1);
-}
-
-static void streaming_half_close(echod_call_t *call)
-{
-    bench_t *b = call->h.state;
-    if (b->held != NULL) {
-        echod_call_send(call, b->held);
-        b->held = NULL;
-    }
-    echod_call_close(call, ECHOD_OK, NULL);
+        return NULL;
+    return build_response(b->plan.size);
 }
 
 /* --- StreamingFromClient: read them all, answer the last one once the client is done --- */
@@ -286,6 +241,7 @@ static void from_client_message(echod_call_t *call, echod_msg_t *msg)
     bench_t *b = call->h.state;
     b->have_plan = 1;
     plan_parse(call, msg, &b->plan);
+    echod_msg_free(msg);
     if (b->plan.code == ECHOD_INTERNAL) /* unparsable: grpc-java fails the call at once */
         plan_close(call, &b->plan);
     else
@@ -305,22 +261,26 @@ static void from_client_half_close(echod_call_t *call)
 /* clang-format off */
 #define SERVICE "grpc.testing.BenchmarkService"
 
+static const echod_unary_handler_t unary_handler = {
+    .start = bench_alloc, .check = single_check, .invoke = unary_invoke, .complete = bench_complete};
+static const echod_server_streaming_handler_t from_server_handler = {
+    .unary = {.start = bench_alloc, .check = single_check, .invoke = from_server_invoke, .complete = bench_complete},
+    .produce = flood_one};
+static const echod_bidi_handler_t streaming_handler = {
+    .start = bench_alloc, .reply = streaming_reply, .complete = bench_complete};
+
 static const echod_method_t unary_call = {
-    ECHOD_METHOD(SERVICE, UnaryCall), .type = ECHOD_GRPC_UNARY, .on_start = single_start, .on_message = single_message,
-    .on_half_close = unary_half_close, .on_complete = bench_complete};
+    ECHOD_METHOD(SERVICE, UnaryCall), .type = ECHOD_GRPC_UNARY, ECHOD_UNARY(unary_handler)};
 static const echod_method_t streaming_call = {
-    ECHOD_METHOD(SERVICE, StreamingCall), .type = ECHOD_GRPC_BIDI_STREAM, .on_start = streaming_start,
-    .on_message = streaming_message, .on_half_close = streaming_half_close, .on_ready = streaming_ready,
-    .on_complete = bench_complete};
+    ECHOD_METHOD(SERVICE, StreamingCall), .type = ECHOD_GRPC_BIDI_STREAM, ECHOD_BIDI_HOLD_ONE(streaming_handler)};
 static const echod_method_t from_client = {
     ECHOD_METHOD(SERVICE, StreamingFromClient), .type = ECHOD_GRPC_CLIENT_STREAM, .on_start = streaming_start,
     .on_message = from_client_message, .on_half_close = from_client_half_close, .on_complete = bench_complete};
 static const echod_method_t from_server = {
-    ECHOD_METHOD(SERVICE, StreamingFromServer), .type = ECHOD_GRPC_SERVER_STREAM, .on_start = single_start,
-    .on_message = single_message, .on_half_close = from_server_half_close, .on_ready = flood,
-    .on_complete = bench_complete};
+    ECHOD_METHOD(SERVICE, StreamingFromServer), .type = ECHOD_GRPC_SERVER_STREAM,
+    ECHOD_SERVER_STREAMING(from_server_handler)};
 static const echod_method_t both_ways = {
-    ECHOD_METHOD(SERVICE, StreamingBothWays), .type = ECHOD_GRPC_BIDI_STREAM, .on_start = both_ways_start,
+    ECHOD_METHOD(SERVICE, StreamingBothWays), .type = ECHOD_GRPC_BIDI_STREAM, .on_start = streaming_start,
     .on_message = both_ways_message, .on_half_close = end_ok, .on_ready = flood, .on_complete = bench_complete};
 
 const echod_method_t *const echod_benchmark_methods[] = {&unary_call, &streaming_call, &from_client, &from_server,

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dispatch/call.h"
+#include "services/adapters.h"
 #include "echo.pb-c.h"
 #include "services/echo.h"
 #include "services/work.h"
@@ -113,127 +114,67 @@ static echod_msg_t *work_then_reply(echod_call_t *call, echod_msg_t *msg)
     return call->work.response_bytes >= 0 ? echod_work_reshape_echo(msg, call->work.response_bytes) : msg;
 }
 
-static int accept_request(echod_call_t *call, echod_msg_t *msg)
+/* The marshaller's check: an invalid EchoRequest ends the call (0 to go on). */
+static int check_request(echod_call_t *call, echod_msg_t *msg)
 {
     if (echod_echo_validate(echod_msg_payload(msg), msg->len))
-        return 1;
-    echod_msg_free(msg);
-    echod_call_close(call, ECHOD_INTERNAL, "Invalid protobuf byte sequence");
-    return 0;
-}
-
-/* --- UnaryEcho and ServerStreamingEcho: one request (grpc-java's UnaryServerCallHandler rules) --- */
-
-static void single_start(echod_call_t *call)
-{
-    /* two, so that a second message is seen and rejected rather than left unread */
-    echod_call_request(call, 2);
-}
-
-/* 1 if msg is the call's request to keep; `held` is the request kept so far, if any */
-static int accept_single(echod_call_t *call, const echod_msg_t *held, echod_msg_t *msg)
-{
-    if (held != NULL) {
-        echod_msg_free(msg);
-        echod_call_close(call, ECHOD_INTERNAL, "Too many requests");
         return 0;
-    }
-    return accept_request(call, msg);
+    echod_call_close(call, ECHOD_INTERNAL, "Invalid protobuf byte sequence");
+    return -1;
 }
 
-/* The kept request at half-close; without one the call ends INTERNAL and NULL is returned. */
-static echod_msg_t *take_request(echod_call_t *call, echod_msg_t *held)
-{
-    if (held == NULL)
-        echod_call_close(call, ECHOD_INTERNAL, "Half-closed without a request");
-    return held;
-}
+/* --- UnaryEcho: the request's frame is the response's frame --- */
 
-static void single_message(echod_call_t *call, echod_msg_t *msg)
+static void unary_invoke(echod_call_t *call, echod_msg_t *req)
 {
-    if (accept_single(call, call->h.state, msg))
-        call->h.state = msg;
-}
-
-static void unary_half_close(echod_call_t *call)
-{
-    echod_msg_t *req = take_request(call, call->h.state);
-    call->h.state = NULL;
-    if (req == NULL || (req = work_then_reply(call, req)) == NULL)
+    if ((req = work_then_reply(call, req)) == NULL)
         return;
-    echod_call_send(call, req); /* the request's frame is the response's frame */
+    echod_call_send(call, req);
     echod_call_close(call, ECHOD_OK, NULL);
-}
-
-static void free_state_msg(echod_call_t *call)
-{
-    echod_msg_free(call->h.state);
-    call->h.state = NULL;
 }
 
 /* --- ServerStreamingEcho: the response count times, as fast as the client reads them --- */
 
 typedef struct {
-    echod_msg_t *req; /* the request until half-close, then the response to repeat */
-    unsigned left;    /* copies still to send */
+    echod_msg_t *resp; /* the response to repeat, from half-close */
+    unsigned left;     /* copies still to send */
 } stream_out_t;
 
 static void server_streaming_start(echod_call_t *call)
 {
     call->h.state = calloc(1, sizeof(stream_out_t));
-    if (call->h.state == NULL) {
+    if (call->h.state == NULL)
         echod_call_close(call, ECHOD_RESOURCE_EXHAUSTED, "Out of memory");
-        return;
-    }
-    single_start(call);
 }
 
-static void server_streaming_message(echod_call_t *call, echod_msg_t *msg)
+static void server_streaming_invoke(echod_call_t *call, echod_msg_t *req)
 {
     stream_out_t *s = call->h.state;
-    if (accept_single(call, s->req, msg))
-        s->req = msg;
-}
-
-/* Sends while the stream is ready (grpc-java's isReady): a client that does not read holds up the
- * copies, not memory. on_ready resumes once the queued bytes drain. */
-static void server_streaming_send(echod_call_t *call)
-{
-    stream_out_t *s = call->h.state;
-    while (s->left != 0 && echod_call_is_ready(call)) {
-        if (--s->left != 0) {
-            echod_call_send(call, echod_msg_from(echod_msg_payload(s->req), s->req->len));
-        } else {
-            echod_call_send(call, s->req); /* the last copy is the response itself */
-            s->req = NULL;
-            echod_call_close(call, ECHOD_OK, NULL);
-        }
-    }
-}
-
-static void server_streaming_half_close(echod_call_t *call)
-{
-    stream_out_t *s = call->h.state;
-    echod_msg_t *req = take_request(call, s->req);
-    s->req = NULL;
-    if (req == NULL || (s->req = work_then_reply(call, req)) == NULL)
+    if ((s->resp = work_then_reply(call, req)) == NULL)
         return;
     s->left = echod_call_config(call)->echo.server_streaming_count;
-    server_streaming_send(call);
 }
 
-static void server_streaming_ready(echod_call_t *call)
+static int server_streaming_produce(echod_call_t *call)
 {
     stream_out_t *s = call->h.state;
-    if (s != NULL)
-        server_streaming_send(call); /* sends nothing before half-close (left is 0) */
+    if (s->left == 0)
+        return 0;
+    if (--s->left != 0) {
+        echod_call_send(call, echod_msg_from(echod_msg_payload(s->resp), s->resp->len));
+        return 1;
+    }
+    echod_call_send(call, s->resp); /* the last copy is the response itself */
+    s->resp = NULL;
+    echod_call_close(call, ECHOD_OK, NULL);
+    return 0;
 }
 
 static void server_streaming_complete(echod_call_t *call)
 {
     stream_out_t *s = call->h.state;
     if (s != NULL)
-        echod_msg_free(s->req);
+        echod_msg_free(s->resp);
     free(s);
     call->h.state = NULL;
 }
@@ -321,65 +262,40 @@ static void client_streaming_complete(echod_call_t *call)
     call->h.state = NULL;
 }
 
-/* --- BidirectionalStreamingEcho: echo each message; on_ready gates the next request --- */
+/* --- BidirectionalStreamingEcho: echo each message --- */
 
-static void bidi_start(echod_call_t *call)
+static echod_msg_t *bidi_reply(echod_call_t *call, echod_msg_t *msg)
 {
-    echod_call_request(call, 1);
-}
-
-static void bidi_message(echod_call_t *call, echod_msg_t *msg)
-{
-    if (!accept_request(call, msg) || (msg = work_then_reply(call, msg)) == NULL)
-        return;
-    if (echod_call_is_ready(call)) {
-        echod_call_send(call, msg);
-        echod_call_request(call, 1);
-    } else {
-        /* the client is not reading: hold this one and stop asking until on_ready */
-        call->h.state = msg;
+    if (check_request(call, msg) != 0) {
+        echod_msg_free(msg);
+        return NULL;
     }
-}
-
-static void bidi_ready(echod_call_t *call)
-{
-    echod_msg_t *held = call->h.state;
-    if (held == NULL || !echod_call_is_ready(call))
-        return;
-    call->h.state = NULL;
-    echod_call_send(call, held);
-    echod_call_request(call, 1);
-}
-
-static void bidi_half_close(echod_call_t *call)
-{
-    echod_msg_t *held = call->h.state;
-    call->h.state = NULL;
-    if (held != NULL)
-        echod_call_send(call, held);
-    echod_call_close(call, ECHOD_OK, NULL);
+    return work_then_reply(call, msg);
 }
 
 /* one method per block */
 /* clang-format off */
 #define SERVICE "grpc.examples.echo.Echo"
 
+static const echod_unary_handler_t unary_handler = {.check = check_request, .invoke = unary_invoke};
+static const echod_server_streaming_handler_t server_streaming_handler = {
+    .unary = {.start = server_streaming_start, .check = check_request, .invoke = server_streaming_invoke,
+              .complete = server_streaming_complete},
+    .produce = server_streaming_produce};
+static const echod_bidi_handler_t bidi_handler = {.reply = bidi_reply};
+
 static const echod_method_t unary = {
-    ECHOD_METHOD(SERVICE, UnaryEcho), .type = ECHOD_GRPC_UNARY, .on_start = single_start,
-    .on_message = single_message, .on_half_close = unary_half_close, .on_complete = free_state_msg};
+    ECHOD_METHOD(SERVICE, UnaryEcho), .type = ECHOD_GRPC_UNARY, ECHOD_UNARY(unary_handler)};
 static const echod_method_t server_streaming = {
     ECHOD_METHOD(SERVICE, ServerStreamingEcho), .type = ECHOD_GRPC_SERVER_STREAM,
-    .on_start = server_streaming_start, .on_message = server_streaming_message,
-    .on_half_close = server_streaming_half_close, .on_ready = server_streaming_ready,
-    .on_complete = server_streaming_complete};
+    ECHOD_SERVER_STREAMING(server_streaming_handler)};
 static const echod_method_t client_streaming = {
     ECHOD_METHOD(SERVICE, ClientStreamingEcho), .type = ECHOD_GRPC_CLIENT_STREAM,
     .on_start = client_streaming_start, .on_message = client_streaming_message,
     .on_half_close = client_streaming_half_close, .on_complete = client_streaming_complete};
 static const echod_method_t bidi = {
     ECHOD_METHOD(SERVICE, BidirectionalStreamingEcho), .type = ECHOD_GRPC_BIDI_STREAM,
-    .on_start = bidi_start, .on_message = bidi_message, .on_half_close = bidi_half_close,
-    .on_ready = bidi_ready, .on_complete = free_state_msg};
+    ECHOD_BIDI_HOLD_ONE(bidi_handler)};
 /* clang-format on */
 
 const echod_method_t *const echod_echo_methods[] = {&unary, &server_streaming, &client_streaming, &bidi, NULL};

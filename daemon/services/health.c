@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dispatch/call.h"
+#include "services/adapters.h"
 #include "health.pb-c.h"
 #include "services/health.h"
 
@@ -57,31 +58,10 @@ static Grpc__Health__V1__HealthCheckRequest *unpack_request(echod_call_t *call, 
     return req;
 }
 
-/* --- Check: one request (grpc-java's unary rules, as in echo.c) --- */
+/* --- Check: one request --- */
 
-static void check_start(echod_call_t *call)
+static void check_invoke(echod_call_t *call, echod_msg_t *msg)
 {
-    echod_call_request(call, 2);
-}
-
-static void check_message(echod_call_t *call, echod_msg_t *msg)
-{
-    if (call->h.state != NULL) {
-        echod_msg_free(msg);
-        echod_call_close(call, ECHOD_INTERNAL, "Too many requests");
-        return;
-    }
-    call->h.state = msg;
-}
-
-static void check_half_close(echod_call_t *call)
-{
-    echod_msg_t *msg = call->h.state;
-    call->h.state = NULL;
-    if (msg == NULL) {
-        echod_call_close(call, ECHOD_INTERNAL, "Half-closed without a request");
-        return;
-    }
     Grpc__Health__V1__HealthCheckRequest *req = unpack_request(call, msg);
     if (req == NULL)
         return;
@@ -97,41 +77,37 @@ static void check_half_close(echod_call_t *call)
     grpc__health__v1__health_check_request__free_unpacked(req, NULL);
 }
 
-static void check_complete(echod_call_t *call)
-{
-    echod_msg_free(call->h.state);
-    call->h.state = NULL;
-}
-
 /*
  * --- Watch: one request, then the status now and at every change until the client cancels ---
  *
  * A change can come from any thread, but only the call's steps may touch `h` and send. So the
- * notifier only posts a wake-up to each watcher's loop, and the loop turns it into an on_ready
- * step: from there the handler compares the status with the last one it sent, like any on_ready
- * (grpc-java's onReady may also come when nothing changed). Steps run in submission order, and
- * the loop submits the closed step itself, so a wake-up it submits before seeing the stream
- * closed always runs before on_complete.
+ * notifier only wakes each watcher (echod_call_wake_ready), which the transport turns into an
+ * on_ready step: from there the handler compares the status with the last one it sent, like any
+ * on_ready (grpc-java's onReady may also come when nothing changed). Steps run in submission
+ * order, and the transport submits the closed step itself, so a wake-up it submits before seeing
+ * the stream closed always runs before on_complete.
  */
 
 typedef struct watcher {
     struct watcher *prev, *next; /* under watchers_mutex, while `listed` */
-    echod_call_t *call;          /* retained while listed: the notifier posts for it */
-    echod_msg_t *request;        /* until half-close */
+    echod_call_t *call;          /* retained while listed: the notifier wakes it */
     char *service;               /* set at half-close */
     int sent;                    /* the status last sent, -1 before the first */
     int listed;
 } watcher_t;
 
-static void watch_deliver(echod_call_t *call)
+/* Sends the status if it changed since the last one sent (the adapter calls it while ready). */
+static int watch_produce(echod_call_t *call)
 {
     watcher_t *w = call->h.state;
+    if (w->service == NULL) /* before half-close */
+        return 0;
     int status = status_of(echod_call_registry(call), w->service);
-    /* not ready: the client is not reading; the on_ready that follows sends the latest */
-    if (status == w->sent || !echod_call_is_ready(call))
-        return;
-    w->sent = status;
-    echod_call_send(call, pack_response(status));
+    if (status != w->sent) {
+        w->sent = status;
+        echod_call_send(call, pack_response(status));
+    }
+    return 0;
 }
 
 static void watch_start(echod_call_t *call)
@@ -142,36 +118,19 @@ static void watch_start(echod_call_t *call)
     w->call = call;
     w->sent = -1;
     call->h.state = w;
-    echod_call_request(call, 2);
 }
 
-static void watch_message(echod_call_t *call, echod_msg_t *msg)
+static void watch_invoke(echod_call_t *call, echod_msg_t *msg)
 {
     watcher_t *w = call->h.state;
-    if (w->request != NULL || w->service != NULL) {
-        echod_msg_free(msg);
-        echod_call_close(call, ECHOD_INTERNAL, "Too many requests");
-        return;
-    }
-    w->request = msg;
-}
-
-static void watch_half_close(echod_call_t *call)
-{
-    watcher_t *w = call->h.state;
-    echod_msg_t *msg = w->request;
-    w->request = NULL;
-    if (msg == NULL) {
-        echod_call_close(call, ECHOD_INTERNAL, "Half-closed without a request");
-        return;
-    }
     Grpc__Health__V1__HealthCheckRequest *req = unpack_request(call, msg);
     if (req == NULL)
         return;
     w->service = strdup(req->service);
     grpc__health__v1__health_check_request__free_unpacked(req, NULL);
 
-    /* listed before the status is read: a flip after the read then finds us and wakes us */
+    /* listed before the status is read (by produce, next): a flip after the read then finds us
+     * and wakes us */
     echod_call_retain(call);
     pthread_mutex_lock(&watchers_mutex);
     w->listed = 1;
@@ -180,14 +139,6 @@ static void watch_half_close(echod_call_t *call)
         watchers->prev = w;
     watchers = w;
     pthread_mutex_unlock(&watchers_mutex);
-    watch_deliver(call);
-}
-
-static void watch_ready(echod_call_t *call)
-{
-    watcher_t *w = call->h.state;
-    if (w != NULL && w->service != NULL)
-        watch_deliver(call);
 }
 
 static void watch_complete(echod_call_t *call)
@@ -207,7 +158,6 @@ static void watch_complete(echod_call_t *call)
         pthread_mutex_unlock(&watchers_mutex);
         echod_call_release(call);
     }
-    echod_msg_free(w->request);
     free(w->service);
     free(w);
 }
@@ -236,14 +186,15 @@ int echod_health_is_serving(const struct echod_server *server)
 /* clang-format off */
 #define SERVICE "grpc.health.v1.Health"
 
+static const echod_unary_handler_t check_handler = {.invoke = check_invoke};
+static const echod_server_streaming_handler_t watch_handler = {
+    .unary = {.start = watch_start, .invoke = watch_invoke, .complete = watch_complete}, .produce = watch_produce};
+
 static const echod_method_t check = {
-    ECHOD_METHOD(SERVICE, Check), .type = ECHOD_GRPC_UNARY,
-    .on_start = check_start, .on_message = check_message, .on_half_close = check_half_close,
-    .on_complete = check_complete, .on_loop = 1};
+    ECHOD_METHOD(SERVICE, Check), .type = ECHOD_GRPC_UNARY, ECHOD_UNARY(check_handler), .on_loop = 1};
 static const echod_method_t watch = {
-    ECHOD_METHOD(SERVICE, Watch), .type = ECHOD_GRPC_SERVER_STREAM,
-    .on_start = watch_start, .on_message = watch_message, .on_half_close = watch_half_close,
-    .on_ready = watch_ready, .on_complete = watch_complete, .on_loop = 1};
+    ECHOD_METHOD(SERVICE, Watch), .type = ECHOD_GRPC_SERVER_STREAM, ECHOD_SERVER_STREAMING(watch_handler),
+    .on_loop = 1};
 /* clang-format on */
 
 const echod_method_t *const echod_health_methods[] = {&check, &watch, NULL};

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 #include "descriptor_set.h"
 #include "dispatch/call.h"
+#include "services/adapters.h"
 #include "reflection.pb-c.h"
 #include "services/reflection.h"
 #include "util/log.h"
@@ -429,56 +430,28 @@ static echod_msg_t *answer(const echod_registry_t *reg, request_t *req)
     }
 }
 
-/* --- ServerReflectionInfo: bidi, one response per request, on_ready gates the next request --- */
+/* --- ServerReflectionInfo: bidi, one response per request --- */
 
 static void info_start(echod_call_t *call)
 {
+    (void)call;
     pthread_once(&db_once, build_db);
-    echod_call_request(call, 1);
 }
 
-static void info_message(echod_call_t *call, echod_msg_t *msg)
+static echod_msg_t *info_reply(echod_call_t *call, echod_msg_t *msg)
 {
     request_t *req = grpc__reflection__v1__server_reflection_request__unpack(NULL, msg->len, echod_msg_payload(msg));
     echod_msg_free(msg);
     if (req == NULL) {
         echod_call_close(call, ECHOD_INTERNAL, "Invalid protobuf byte sequence");
-        return;
+        return NULL;
     }
     echod_msg_t *out = answer(echod_call_registry(call), req);
     grpc__reflection__v1__server_reflection_request__free_unpacked(req, NULL);
-    if (echod_call_is_ready(call)) {
-        echod_call_send(call, out);
-        echod_call_request(call, 1);
-    } else {
-        call->h.state = out; /* the client is not reading: hold it and stop asking until on_ready */
-    }
+    return out;
 }
 
-static void info_ready(echod_call_t *call)
-{
-    echod_msg_t *held = call->h.state;
-    if (held == NULL || !echod_call_is_ready(call))
-        return;
-    call->h.state = NULL;
-    echod_call_send(call, held);
-    echod_call_request(call, 1);
-}
-
-static void info_half_close(echod_call_t *call)
-{
-    echod_msg_t *held = call->h.state;
-    call->h.state = NULL;
-    if (held != NULL)
-        echod_call_send(call, held);
-    echod_call_close(call, ECHOD_OK, NULL);
-}
-
-static void info_complete(echod_call_t *call)
-{
-    echod_msg_free(call->h.state);
-    call->h.state = NULL;
-}
+static const echod_bidi_handler_t info_handler = {.start = info_start, .reply = info_reply};
 
 /* one method per block */
 /* clang-format off */
@@ -486,13 +459,9 @@ static void info_complete(echod_call_t *call)
 #define V1ALPHA "grpc.reflection.v1alpha.ServerReflection"
 
 static const echod_method_t info_v1 = {
-    ECHOD_METHOD(V1, ServerReflectionInfo),
-    .type = ECHOD_GRPC_BIDI_STREAM, .on_start = info_start, .on_message = info_message,
-    .on_half_close = info_half_close, .on_ready = info_ready, .on_complete = info_complete};
+    ECHOD_METHOD(V1, ServerReflectionInfo), .type = ECHOD_GRPC_BIDI_STREAM, ECHOD_BIDI_HOLD_ONE(info_handler)};
 static const echod_method_t info_v1alpha = {
-    ECHOD_METHOD(V1ALPHA, ServerReflectionInfo),
-    .type = ECHOD_GRPC_BIDI_STREAM, .on_start = info_start, .on_message = info_message,
-    .on_half_close = info_half_close, .on_ready = info_ready, .on_complete = info_complete};
+    ECHOD_METHOD(V1ALPHA, ServerReflectionInfo), .type = ECHOD_GRPC_BIDI_STREAM, ECHOD_BIDI_HOLD_ONE(info_handler)};
 /* clang-format on */
 
 const echod_method_t *const echod_reflection_methods[] = {&info_v1, &info_v1alpha, NULL};
