@@ -29,7 +29,6 @@ struct echod_conn {
     h2o_timeout_entry_t tail_entry;
     h2o_timeout_entry_t guard_entry;        /* handshake, then idle timeout */
     h2o_timeout_entry_t age_entry;          /* max_connection_age, then its grace */
-    size_t header_bytes;                    /* of the request header block being received */
     uint64_t reset_budget, reset_budget_ms; /* RST_STREAMs the peer may still send, in 1/1000ths; refilled then */
     echod_conn_t *next_batch_dirty;
     size_t frames; /* sent since the last counted flush */
@@ -297,7 +296,7 @@ static void start_age(echod_conn_t *conn)
 
 /* --- streams: touched list and bookkeeping --- */
 
-void echod_conn__touch(echod_conn_t *conn, echod_stream_t *s)
+static inline void touch(echod_conn_t *conn, echod_stream_t *s)
 {
     if (s->touched)
         return;
@@ -309,6 +308,11 @@ void echod_conn__touch(echod_conn_t *conn, echod_stream_t *s)
     else
         conn->touched_head = s;
     conn->touched_tail = s;
+}
+
+void echod_conn__touch(echod_conn_t *conn, echod_stream_t *s)
+{
+    touch(conn, s);
 }
 
 static void conn_process(echod_conn_t *conn)
@@ -346,7 +350,7 @@ static void stream_gone(echod_stream_t *s)
     if (s->next_in_conn != NULL)
         s->next_in_conn->prev_in_conn = s->prev_in_conn;
     update_idle(conn);
-    echod_conn__touch(conn, s);
+    touch(conn, s);
     echod_call_release(&s->call); /* the transport's reference */
 }
 
@@ -426,29 +430,8 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     if (conn->streams != NULL)
         conn->streams->prev_in_conn = s;
     conn->streams = s;
-    conn->header_bytes = 0;
     update_idle(conn);
     nghttp2_session_set_stream_user_data(session, frame->hd.stream_id, s);
-    return 0;
-}
-
-static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
-                     const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data)
-{
-    (void)flags;
-    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
-        return 0;
-    echod_stream_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
-    if (s == NULL)
-        return 0;
-    echod_conn_t *conn = user_data;
-    /* RFC 9113's accounting: name + value + 32 per field */
-    conn->header_bytes += namelen + valuelen + 32;
-    if (conn->header_bytes > conn->loop->server->cfg->transport.max_header_list_bytes) {
-        ECHOD_COUNT(echod_metrics.header_lists_too_large);
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets this stream only */
-    }
-    echod_stream_header(s, name, namelen, value, valuelen);
     return 0;
 }
 
@@ -505,19 +488,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
         return 0;
     }
     if (s->steps != ECHOD_STEPS_REJECTED)
-        echod_conn__touch(conn, s);
-    return 0;
-}
-
-static int on_data_chunk_recv(nghttp2_session *session, uint8_t flags, int32_t stream_id, const uint8_t *data,
-                              size_t len, void *user_data)
-{
-    (void)flags;
-    (void)user_data;
-    echod_stream_t *s = nghttp2_session_get_stream_user_data(session, stream_id);
-    size_t consumed = s != NULL ? echod_stream_data(s, data, len) : len;
-    if (consumed != 0)
-        nghttp2_session_consume(session, stream_id, consumed);
+        touch(conn, s);
     return 0;
 }
 
@@ -725,9 +696,9 @@ static int session_start(echod_conn_t *conn)
     nghttp2_session_callbacks_set_send_callback(cbs, send_cb);
     nghttp2_session_callbacks_set_send_data_callback(cbs, send_data_cb);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
-    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, echod_stream_on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, echod_stream_on_data);
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
     nghttp2_option_new(&opt);

@@ -24,12 +24,7 @@
  */
 #define POOL_CAP_BYTES (1024u * 1024u)
 
-static __thread echod_loop_t *current_loop;
-
-echod_loop_t *echod_loop_current(void)
-{
-    return current_loop;
-}
+_Thread_local echod_loop_t *echod_loop__current;
 
 int echod_loop_listen(const char *addr, int first, char *err, size_t errlen)
 {
@@ -275,7 +270,7 @@ static void *loop_main(void *arg)
     char name[16];
     snprintf(name, sizeof(name), "echod-io-%u", loop->index);
     pthread_setname_np(pthread_self(), name);
-    current_loop = loop;
+    echod_loop__current = loop;
     echod_pool_init(&loop->pool, POOL_CAP_BYTES);
     echod_pool_bind_thread(&loop->pool); /* for the gRPC messages made and freed here */
     loop_setup(loop);
@@ -294,7 +289,7 @@ static void *loop_main(void *arg)
     /* every session and call of this loop is gone; messages still held by workers go to free() */
     echod_pool_bind_thread(NULL);
     echod_pool_dispose(&loop->pool);
-    current_loop = NULL;
+    echod_loop__current = NULL;
     return NULL;
 }
 

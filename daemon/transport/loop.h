@@ -73,8 +73,12 @@ echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int liste
 /* Any thread: queues msg; the loop runs it with the rest of its batch, then flushes. */
 void echod_loop_post(echod_loop_t *loop, echod_loop_msg_t *msg);
 
-/* The loop whose thread this is, or NULL. */
-echod_loop_t *echod_loop_current(void);
+/* The loop whose thread this is, or NULL: read on every step and handler operation, so inline. */
+extern _Thread_local echod_loop_t *echod_loop__current;
+static inline echod_loop_t *echod_loop_current(void)
+{
+    return echod_loop__current;
+}
 
 /* Any thread: stop accepting, GOAWAY every connection, drain up to shutdown.drain_timeout. */
 void echod_loop_shutdown(echod_loop_t *loop);

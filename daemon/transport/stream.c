@@ -307,8 +307,21 @@ static void keep_metadata(echod_stream_t *s, const uint8_t *name, size_t nlen, c
     s->hdr.meta_count++;
 }
 
-void echod_stream_header(echod_stream_t *s, const uint8_t *name, size_t namelen, const uint8_t *value, size_t valuelen)
+int echod_stream_on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
+                           const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data)
 {
+    (void)flags;
+    (void)user_data;
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    echod_stream_t *s = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
+    if (s == NULL)
+        return 0;
+    s->header_bytes += namelen + valuelen + 32;
+    if (s->header_bytes > s->loop->server->cfg->transport.max_header_list_bytes) {
+        ECHOD_COUNT(echod_metrics.header_lists_too_large);
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets this stream only */
+    }
     if (header_is(name, namelen, ":method")) {
         s->hdr.method_seen = 1;
         s->hdr.is_post = header_is(value, valuelen, "POST");
@@ -334,6 +347,7 @@ void echod_stream_header(echod_stream_t *s, const uint8_t *name, size_t namelen,
     } else if (name[0] != ':' && !is_reserved_header(name, namelen)) {
         keep_metadata(s, name, namelen, value, valuelen);
     }
+    return 0;
 }
 
 /* Answered before any step, with input dropped from here on. */
@@ -399,7 +413,7 @@ void echod_stream_headers_done(echod_stream_t *s)
     echod_conn__touch(s->conn, s);
 }
 
-size_t echod_stream_data(echod_stream_t *s, const uint8_t *data, size_t len)
+static size_t take_data(echod_stream_t *s, const uint8_t *data, size_t len)
 {
     if (s->steps == ECHOD_STEPS_REJECTED || s->deframe != ECHOD_DEFRAME_STATE_OK ||
         s->send >= ECHOD_SEND_TRAILERS_QUEUED)
@@ -421,6 +435,18 @@ size_t echod_stream_data(echod_stream_t *s, const uint8_t *data, size_t len)
     }
     s->held_bytes += len;
     echod_conn__touch(s->conn, s);
+    return 0;
+}
+
+int echod_stream_on_data(nghttp2_session *session, uint8_t flags, int32_t stream_id, const uint8_t *data, size_t len,
+                         void *user_data)
+{
+    (void)flags;
+    (void)user_data;
+    echod_stream_t *s = nghttp2_session_get_stream_user_data(session, stream_id);
+    size_t consumed = s != NULL ? take_data(s, data, len) : len;
+    if (consumed != 0)
+        nghttp2_session_consume(session, stream_id, consumed);
     return 0;
 }
 

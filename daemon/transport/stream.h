@@ -14,6 +14,7 @@
 #define ECHOD_STREAM_H
 
 #include <h2o/timeout.h>
+#include <nghttp2/nghttp2.h>
 #include "dispatch/call.h"
 #include "grpc/deframe.h"
 
@@ -84,10 +85,11 @@ struct echod_stream {
     echod_steps_state_t steps;
     echod_pump_state_t pump;
     echod_drain_state_t drain;
-    int ready_due;     /* on_ready is due (bytes drained below the threshold, or a wake-up) */
-    int touched;       /* in the connection's touched list */
-    int data_deferred; /* the data provider said DEFERRED: resume it when something is queued */
-    char *path;        /* :path as received (call.path points here) */
+    int ready_due;       /* on_ready is due (bytes drained below the threshold, or a wake-up) */
+    int touched;         /* in the connection's touched list */
+    int data_deferred;   /* the data provider said DEFERRED: resume it when something is queued */
+    char *path;          /* :path as received (call.path points here) */
+    size_t header_bytes; /* of the request header block, RFC 9113's way (name + value + 32 each) */
     struct {
         int method_seen, is_post, ct_seen, ct_ok, enc_unsupported, timeout_bad;
         uint64_t timeout_ns; /* 0 = no grpc-timeout */
@@ -116,14 +118,17 @@ struct echod_stream {
  * the transport's reference to its call and one to conn. */
 echod_stream_t *echod_stream_new(struct echod_conn *conn, int32_t id);
 
-/* One request header field (the connection has counted it against max_header_list_bytes). */
-void echod_stream_header(echod_stream_t *s, const uint8_t *name, size_t namelen, const uint8_t *value, size_t valuelen);
+/* nghttp2's on_header callback: one request header field, counted against max_header_list_bytes. */
+int echod_stream_on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
+                           const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data);
 
 /* HEADERS is complete: HTTP checks, then admission (echod_call_admit), then the deadline. */
 void echod_stream_headers_done(echod_stream_t *s);
 
-/* A DATA chunk: returns how many bytes to give back to the flow-control window now. */
-size_t echod_stream_data(echod_stream_t *s, const uint8_t *data, size_t len);
+/* nghttp2's on_data_chunk_recv callback: hands DATA to the deframer; bytes go back to the
+ * flow-control window as their messages are delivered. */
+int echod_stream_on_data(nghttp2_session *session, uint8_t flags, int32_t stream_id, const uint8_t *data, size_t len,
+                         void *user_data);
 
 /* The send_data callback's part: copies `length` queued bytes, which nghttp2 has framed, to dst. */
 void echod_stream_copy_data(echod_stream_t *s, uint8_t *dst, size_t length);
