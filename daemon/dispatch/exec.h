@@ -1,5 +1,5 @@
 /*
- * Executors: where a call's steps run (DESIGN.md section 4). An executor takes tasks and runs
+ * Executors: where a call's steps run (docs/dispatch-model.md, section 4). An executor takes tasks and runs
  * each exactly once, on a thread of its choosing; it knows nothing of calls or steps.
  *
  * Threading: echod_exec_submit is safe from any thread, including the executor's own workers.

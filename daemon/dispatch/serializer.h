@@ -1,5 +1,5 @@
 /*
- * The per-call serializer (DESIGN.md section 3): steps of one call never run concurrently and
+ * The per-call serializer (docs/dispatch-model.md, section 3): steps of one call never run concurrently and
  * run in submission order. Two wrappers, chosen per call at init:
  *
  *  - serializing executor (grpc-java SerializingExecutor): an MPSC queue and a state word.

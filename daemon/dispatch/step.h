@@ -1,4 +1,4 @@
-/* The steps of a call (DESIGN.md section 2) as counted in echod_call_steps_total{step}. */
+/* The steps of a call (docs/dispatch-model.md, section 2) as counted in echod_call_steps_total{step}. */
 #ifndef ECHOD_STEP_H
 #define ECHOD_STEP_H
 

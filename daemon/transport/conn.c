@@ -85,7 +85,7 @@ static uint8_t *bytes_reserve(bytes_t *b, size_t n)
     return b->data + b->len - n;
 }
 
-/* --- flushing (DESIGN.md section 6) --- */
+/* --- flushing (docs/dispatch-model.md, section 6) --- */
 
 static void on_write_complete(h2o_socket_t *sock, const char *err);
 

@@ -1,5 +1,5 @@
 /*
- * An I/O loop thread (DESIGN.md section 1): its listener, its connections, the cross-thread
+ * An I/O loop thread (docs/threads.md): its listener, its connections, the cross-thread
  * queue that workers post loop tasks to, and the timers (loop tail, deadlines, drain).
  */
 #ifndef ECHOD_LOOP_H

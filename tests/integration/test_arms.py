@@ -1,4 +1,4 @@
-"""Every dispatch arm in config/arms/ end to end, verified from /metrics (DESIGN.md sections 5-8).
+"""Every dispatch arm in config/arms/ end to end, verified from /metrics (docs/dispatch-model.md, sections 5-8).
 
 For each arm file: start echod with it, then
   1. N unary calls with grpcio, one channel, one after the other: total steps = 6N / 5N / 4N
@@ -45,7 +45,7 @@ def effective_config(path):
 
 
 def uses_inline_runner(cfg):
-    """DESIGN.md section 3: serialize auto picks the inline runner for direct without per-method
+    """docs/dispatch-model.md, section 3: serialize auto picks the inline runner for direct without per-method
     executors (a one-thread fixed pool gets no wrapper at all, not the inline runner)."""
     d = cfg["dispatch"]
     if d["serialize"] != "auto":

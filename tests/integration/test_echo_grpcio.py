@@ -242,7 +242,7 @@ class MetricsAccounting(unittest.TestCase):
             self.assertEqual(m.metric("grpc_server_handled_total"), 14)
 
     def test_bidi_steps(self):
-        """DESIGN.md section 2: a bidi call makes 5 + one per message (+ extra on_ready)."""
+        """docs/dispatch-model.md, section 2: a bidi call makes 5 + one per message (+ extra on_ready)."""
         k = 20
         with Daemon() as d:
             ch = d.channel()

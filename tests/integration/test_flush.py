@@ -1,4 +1,4 @@
-"""The three flush policies (DESIGN.md section 6), told apart by echod's own counters.
+"""The three flush policies (docs/dispatch-model.md, section 6), told apart by echod's own counters.
 
 A burst of calls spread over several connections (h2load: 4 connections x 16 streams):
 - loop_tail flushes each dirty connection once per loop iteration, after every read of it:
