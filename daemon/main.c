@@ -1,6 +1,7 @@
 /*
- * echod: start-up, signals and shutdown. The only file with process-wide state besides
- * metrics: the config, the server, the loops and the admin listener live here.
+ * echod: start-up, signals and shutdown. The config, the server, the loops and the admin
+ * listener live here; the other process-wide state (metrics and the stage label, the health
+ * serving flag and its watchers, the log settings) is listed in docs/threads.md.
  */
 #include <errno.h>
 #include <getopt.h>

@@ -31,7 +31,7 @@ typedef struct {
 } echod_per_method_t;
 
 /*
- * Synthetic work a handler does (issue 4): server-wide defaults and per-method values in config,
+ * Synthetic work a handler does (README, Synthetic work): server-wide defaults and per-method values in config,
  * overridable per call by request metadata (echod-response-bytes, echod-cpu-us, ...).
  */
 typedef struct {

@@ -1,6 +1,6 @@
 /*
  * The per-call serializer (docs/dispatch-model.md, section 3): steps of one call never run concurrently and
- * run in submission order. Two wrappers, chosen per call at init:
+ * run in submission order. Three wrappers, chosen per call at init:
  *
  *  - serializing executor (grpc-java SerializingExecutor): an MPSC queue and a state word.
  *    submit appends, then tries STOPPED->RUNNING with a CAS; only the winner hands a drain to

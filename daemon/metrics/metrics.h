@@ -1,7 +1,7 @@
 /*
  * Process-wide counters, gauges and histograms, rendered as Prometheus text 0.0.4.
  *
- * This is (with main.c) the only global mutable state in echod. Updates (ECHOD_COUNT,
+ * Process-wide by design, with the stage label (docs/threads.md lists the rest). Updates (ECHOD_COUNT,
  * ECHOD_ADD, echod_histogram_observe) are safe from any thread and never take a lock; rendering
  * reads without stopping anyone, so a scrape is a consistent-enough snapshot.
  *

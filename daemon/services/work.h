@@ -1,5 +1,5 @@
 /*
- * Synthetic work (issue 4): what a handler does besides echoing, so a ramp can give the server
+ * Synthetic work (README, Synthetic work): what a handler does besides echoing, so a ramp can give the server
  * realistic cost. Values come from config (work.defaults, work.per_method) and, when
  * work.allow_metadata_overrides is on, from request metadata:
  *

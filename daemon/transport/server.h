@@ -1,6 +1,6 @@
 /*
  * What every loop shares: the config, the methods, the dispatcher and the TLS context. Built by
- * main before the loops start and read-only while they run (draining is the one atomic).
+ * main before the loops start and read-only while they run (each loop keeps its own drain state).
  */
 #ifndef ECHOD_SERVER_H
 #define ECHOD_SERVER_H

@@ -49,7 +49,7 @@ export const PAYLOAD = env('PAYLOAD', 'hello');
 export const CALL_TIMEOUT = env('CALL_TIMEOUT', '10s');
 export const TREND_STATS = ['avg', 'min', 'med', 'max', 'p(90)', 'p(95)', 'p(99)', 'p(99.9)', 'count'];
 
-// Synthetic work for every call (issue 4 metadata knobs), e.g. WORK_CPU_US=50.
+// Synthetic work for every call (the echod-* metadata knobs, README: Synthetic work), e.g. WORK_CPU_US=50.
 export function workMetadata(stageName) {
   const md = { 'echod-stage': stageName };
   const map = { WORK_CPU_US: 'echod-cpu-us', WORK_SLEEP_US: 'echod-sleep-us', WORK_RESPONSE_BYTES: 'echod-response-bytes' };

@@ -1,4 +1,4 @@
-"""Hostile peers (issue 7): HTTP/2 and gRPC abuse, floods, peers that never read, slowloris,
+"""Hostile peers (README: Connection guards): HTTP/2 and gRPC abuse, floods, peers that never read, slowloris,
 connection limits, TLS garbage. One bad connection must never hurt another: every test runs
 while a well-behaved grpcio client (the "witness", a thread) keeps calling the same daemon, and
 every witness call must succeed. Memory bounds are read from /metrics

@@ -1,4 +1,4 @@
-"""Config and operator errors (issue 7).
+"""Config and operator errors (README: Configuration reference).
 
 Every key documented in config/echod.yaml (the file is walked, so a new key is covered the day
 it is added) gets bad values: each must make echod exit 2 with one line naming FILE:LINE:COL and

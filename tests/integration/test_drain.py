@@ -1,4 +1,4 @@
-"""Graceful drain on SIGTERM (issue 4) and the connection-age/idle guards.
+"""Graceful drain on SIGTERM (README: Graceful drain) and the connection-age/idle guards.
 
   - /readyz turns 503 at once; during shutdown.announce new connections and calls are served
   - the double GOAWAY: a notice with last-stream-id 2^31-1 and a PING, then, on the PING ack,

@@ -1,4 +1,4 @@
-"""Faults (issue 7): clients killed with SIGKILL in the middle of their streams, under load, many
+"""Faults: clients killed with SIGKILL in the middle of their streams, under load, many
 times, for every executor mode. Afterwards nothing may be left behind: no call in flight, no
 connection, open fds and threads back to their baseline, RSS near it, no executor thread stuck
 busy, and every method still answers.

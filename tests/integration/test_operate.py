@@ -1,4 +1,4 @@
-"""Operating echod in a capacity study (issue 4): synthetic work from request metadata and
+"""Operating echod in a capacity study (README: Synthetic work): synthetic work from request metadata and
 config, the echod-timing trailer, admission (limits.max_calls_in_flight), the saturation
 metrics and stage marks.
 

@@ -1,4 +1,4 @@
-"""The protocol-behaviour table (issue 2), one test per row, with a raw HTTP/2 client (python3-h2).
+"""The protocol-behaviour table (README: Protocol behaviour), one test per row, with a raw HTTP/2 client (python3-h2).
 
 Every error case also proves that the connection it happened on, and a bidi stream that was
 already open on that connection (the "witness"), still work afterwards, and that the daemon
