@@ -17,6 +17,7 @@
 #include <openssl/evp.h>
 #include <yaml.h>
 #include "config/config.h"
+#include "util/err.h"
 
 /* Schema */
 
@@ -261,8 +262,7 @@ static char *xstrdup(const char *s)
 {
     char *p = strdup(s);
     if (p == NULL) {
-        fputs("echod: out of memory\n", stderr);
-        abort();
+        echod_oom("config string");
     }
     return p;
 }
@@ -271,8 +271,7 @@ static void *xrealloc(void *p, size_t n)
 {
     p = realloc(p, n);
     if (p == NULL) {
-        fputs("echod: out of memory\n", stderr);
-        abort();
+        echod_oom("config array");
     }
     return p;
 }

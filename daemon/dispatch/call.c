@@ -4,6 +4,7 @@
 #include "dispatch/call.h"
 #include "services/work.h"
 #include "util/clock.h"
+#include "util/err.h"
 
 /* --- lifetime --- */
 
@@ -263,8 +264,7 @@ void echod_call_submit(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *
         cs->on_stack = 1;
         cs->submitted_ns = timing ? UINT64_MAX : 0;
     } else {
-        if ((cs = malloc(sizeof(*cs))) == NULL)
-            abort();
+        cs = echod_must(malloc(sizeof(*cs)), "call step");
         cs->on_stack = 0;
         cs->submitted_ns = timing ? echod_now_ns() : 0;
     }

@@ -16,16 +16,6 @@
 /* Which executor the calling thread works for; NULL on every thread that is not a worker. */
 static _Thread_local echod_exec_t *current_exec;
 
-void echod_exec__set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 void *echod_exec__alloc_lines(size_t size)
 {
     size_t rounded = (size + ECHOD_EXEC_CACHE_LINE - 1) / ECHOD_EXEC_CACHE_LINE * ECHOD_EXEC_CACHE_LINE;
@@ -60,7 +50,7 @@ echod_exec_t *echod_exec_create(const echod_exec_config_t *cfg, const char *name
     case ECHOD_EXEC_DIRECT: {
         echod_exec_t *exec = malloc(sizeof(*exec));
         if (exec == NULL) {
-            echod_exec__set_err(err, errlen, "executor: out of memory");
+            echod_set_err(err, errlen, "executor: out of memory");
             return NULL;
         }
         echod_exec__init(exec, NULL, ECHOD_EXEC_DIRECT, name);
@@ -70,8 +60,8 @@ echod_exec_t *echod_exec_create(const echod_exec_config_t *cfg, const char *name
     case ECHOD_EXEC_FIXED:
     case ECHOD_EXEC_WORKSTEALING:
         if (threads > ECHOD_EXEC_MAX_THREADS) {
-            echod_exec__set_err(err, errlen, "executor: threads %u is above the limit of %u", threads,
-                                ECHOD_EXEC_MAX_THREADS);
+            echod_set_err(err, errlen, "executor: threads %u is above the limit of %u", threads,
+                          ECHOD_EXEC_MAX_THREADS);
             return NULL;
         }
         return cfg->mode == ECHOD_EXEC_FIXED ? echod_exec__fixed_create(name, threads, err, errlen)
@@ -79,7 +69,7 @@ echod_exec_t *echod_exec_create(const echod_exec_config_t *cfg, const char *name
     case ECHOD_EXEC_CACHED:
         return echod_exec__cached_create(name, cfg->max_threads, cfg->keep_alive_ms, err, errlen);
     }
-    echod_exec__set_err(err, errlen, "executor: unknown mode %d", (int)cfg->mode);
+    echod_set_err(err, errlen, "executor: unknown mode %d", (int)cfg->mode);
     return NULL;
 }
 

@@ -319,13 +319,13 @@ echod_exec_t *echod_exec__cached_create(const char *name, unsigned max_threads, 
 {
     /* Past this the deadline arithmetic could overflow; nobody means a keep-alive of 500 years. */
     if (keep_alive_ms > UINT64_C(1) << 44) {
-        echod_exec__set_err(err, errlen, "executor cached: keep_alive %llu ms is too large",
-                            (unsigned long long)keep_alive_ms);
+        echod_set_err(err, errlen, "executor cached: keep_alive %llu ms is too large",
+                      (unsigned long long)keep_alive_ms);
         return NULL;
     }
     cached_t *c = echod_exec__alloc_lines(sizeof(*c));
     if (c == NULL) {
-        echod_exec__set_err(err, errlen, "executor cached: out of memory");
+        echod_set_err(err, errlen, "executor cached: out of memory");
         return NULL;
     }
     echod_exec__init(&c->super, &cached_ops, ECHOD_EXEC_CACHED, name);

@@ -157,8 +157,7 @@ echod_exec_t *echod_exec__fixed_create(const char *name, unsigned threads, char 
     fixed_t *f = echod_exec__alloc_lines(sizeof(*f));
     fixed_worker_t *workers = calloc(threads, sizeof(*workers));
     if (threads == 0 || f == NULL || workers == NULL) {
-        echod_exec__set_err(err, errlen, "executor fixed: %s",
-                            threads == 0 ? "threads must be at least 1" : "out of memory");
+        echod_set_err(err, errlen, "executor fixed: %s", threads == 0 ? "threads must be at least 1" : "out of memory");
         free(workers);
         free(f);
         return NULL;
@@ -180,8 +179,8 @@ echod_exec_t *echod_exec__fixed_create(const char *name, unsigned threads, char 
         workers[i].index = i;
         int ret = echod_exec__start_thread(&workers[i].tid, worker_main, &workers[i]);
         if (ret != 0) {
-            echod_exec__set_err(err, errlen, "executor fixed: starting thread %u of %u: %s" THREAD_HINT, i + 1, threads,
-                                strerror(ret));
+            echod_set_err(err, errlen, "executor fixed: starting thread %u of %u: %s" THREAD_HINT, i + 1, threads,
+                          strerror(ret));
             shutdown_and_free(f, i);
             return NULL;
         }

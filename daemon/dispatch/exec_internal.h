@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include "dispatch/exec.h"
 #include "util/clock.h"
+#include "util/err.h"
 
 /* Appended to a "starting thread" error: the keys that ask for threads, and the system limit. */
 #define THREAD_HINT "; lower executor.threads (or per_method threads) or raise the limit (ulimit -u)"
@@ -48,9 +49,6 @@ struct echod_exec {
 
 /* Keeps a lock-guarded queue head and the lines its workers write apart. */
 #define ECHOD_EXEC_CACHE_LINE 64
-
-/* Writes one error line into err (which may be NULL). */
-void echod_exec__set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Zeroed memory aligned to, and a whole number of, cache lines (for structs with _Alignas members). */
 void *echod_exec__alloc_lines(size_t size);

@@ -308,14 +308,14 @@ static const echod_exec_ops_t ws_ops = {
 echod_exec_t *echod_exec__workstealing_create(const char *name, unsigned threads, char *err, size_t errlen)
 {
     if (threads == 0) {
-        echod_exec__set_err(err, errlen, "executor workstealing: threads must be at least 1");
+        echod_set_err(err, errlen, "executor workstealing: threads must be at least 1");
         return NULL;
     }
     ws_t *ws = echod_exec__alloc_lines(sizeof(*ws));
     ws_queue_t *queues = echod_exec__alloc_lines(sizeof(*queues) * 2 * threads);
     ws_carrier_t *carriers = echod_exec__alloc_lines(sizeof(*carriers) * threads);
     if (ws == NULL || queues == NULL || carriers == NULL) {
-        echod_exec__set_err(err, errlen, "executor workstealing: out of memory");
+        echod_set_err(err, errlen, "executor workstealing: out of memory");
         free(carriers);
         free(queues);
         free(ws);
@@ -348,8 +348,8 @@ echod_exec_t *echod_exec__workstealing_create(const char *name, unsigned threads
     for (unsigned i = 0; i < threads; i++) {
         int ret = echod_exec__start_thread(&carriers[i].tid, carrier_main, &carriers[i]);
         if (ret != 0) {
-            echod_exec__set_err(err, errlen, "executor workstealing: starting thread %u of %u: %s" THREAD_HINT, i + 1,
-                                threads, strerror(ret));
+            echod_set_err(err, errlen, "executor workstealing: starting thread %u of %u: %s" THREAD_HINT, i + 1,
+                          threads, strerror(ret));
             shutdown_and_free(ws, i);
             return NULL;
         }

@@ -3,6 +3,7 @@
 #include <string.h>
 #include "grpc/deframe.h"
 #include "util/pool.h"
+#include "util/err.h"
 
 /* Bit 0 is the only flag gRPC defines; the rest must be zero so that future meanings are not misread. */
 #define DEFRAME_FLAG_COMPRESSED 0x01u
@@ -35,9 +36,8 @@ static echod_msg_t *deframe_alloc(uint32_t len)
 
 echod_msg_t *echod_msg_new(uint32_t len)
 {
-    echod_msg_t *msg = deframe_alloc(len);
-    if (msg == NULL)
-        abort(); /* a response the handler must send: nothing sensible to do without memory */
+    /* a response the handler must send: nothing sensible to do without memory */
+    echod_msg_t *msg = echod_must(deframe_alloc(len), "gRPC message");
     deframe_write_prefix(msg->frame, 0, len);
     return msg;
 }

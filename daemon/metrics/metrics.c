@@ -193,8 +193,10 @@ static void shard_release(void *value)
 
 static void shards_key_create(void)
 {
-    if (pthread_key_create(&shards_key, shard_release) != 0)
+    if (pthread_key_create(&shards_key, shard_release) != 0) {
+        fprintf(stderr, "echod: cannot create the metrics shard key\n");
         abort();
+    }
 }
 
 /* A free shard (one a thread that exited left, counts kept), else a new one, else none. */
@@ -703,8 +705,10 @@ static uint64_t stage_marks;
 
 echod_loop_metrics_t *echod_metrics_add_loop(unsigned index)
 {
-    if (index >= ECHOD_METRICS_MAX_LOOPS)
+    if (index >= ECHOD_METRICS_MAX_LOOPS) {
+        fprintf(stderr, "echod: more than %d loops registered for metrics\n", ECHOD_METRICS_MAX_LOOPS);
         abort();
+    }
     if (echod_metrics.loop_lag.bounds == NULL)
         histogram_setup(&echod_metrics.loop_lag, latency_bounds_us, NELEMS(latency_bounds_us), 1e-6);
     if (index + 1 > atomic_load(&echod_metrics.nloops))

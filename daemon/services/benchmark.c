@@ -5,6 +5,7 @@
 #include "services/adapters.h"
 #include "messages.pb-c.h"
 #include "services/benchmark.h"
+#include "util/err.h"
 
 /* What one SimpleRequest asks for. */
 typedef struct {
@@ -124,9 +125,7 @@ static int plan_close(echod_call_t *call, const plan_t *p)
 
 static void bench_alloc(echod_call_t *call)
 {
-    call->h.state = calloc(1, sizeof(bench_t));
-    if (call->h.state == NULL)
-        abort();
+    call->h.state = echod_must(calloc(1, sizeof(bench_t)), "benchmark call state");
 }
 
 static void bench_complete(echod_call_t *call)

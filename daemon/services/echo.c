@@ -6,6 +6,7 @@
 #include "echo.pb-c.h"
 #include "services/echo.h"
 #include "services/work.h"
+#include "util/err.h"
 
 /* --- validation --- */
 
@@ -188,7 +189,7 @@ typedef struct {
 
 static void client_streaming_start(echod_call_t *call)
 {
-    call->h.state = calloc(1, sizeof(concat_t));
+    call->h.state = echod_must(calloc(1, sizeof(concat_t)), "ClientStreamingEcho state");
     echod_call_request(call, 1);
 }
 
@@ -239,7 +240,7 @@ static void client_streaming_half_close(echod_call_t *call)
 {
     concat_t *c = call->h.state;
     Grpc__Examples__Echo__EchoResponse resp = GRPC__EXAMPLES__ECHO__ECHO_RESPONSE__INIT;
-    char *text = malloc(c->len + 1);
+    char *text = echod_must(malloc(c->len + 1), "ClientStreamingEcho response");
     memcpy(text, c->data != NULL ? c->data : "", c->len);
     text[c->len] = '\0';
     resp.message = text;

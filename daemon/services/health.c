@@ -6,6 +6,7 @@
 #include "services/adapters.h"
 #include "health.pb-c.h"
 #include "services/health.h"
+#include "util/err.h"
 
 #define SERVING_STATUS(x) GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__##x
 
@@ -112,9 +113,7 @@ static int watch_produce(echod_call_t *call)
 
 static void watch_start(echod_call_t *call)
 {
-    watcher_t *w = calloc(1, sizeof(*w));
-    if (w == NULL)
-        abort();
+    watcher_t *w = echod_must(calloc(1, sizeof(*w)), "health watcher");
     w->call = call;
     w->sent = -1;
     call->h.state = w;

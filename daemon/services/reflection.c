@@ -8,6 +8,7 @@
 #include "reflection.pb-c.h"
 #include "services/reflection.h"
 #include "util/log.h"
+#include "util/err.h"
 
 /*
  * v1alpha is v1 under another package name: the same messages with the same field numbers, so
@@ -122,9 +123,7 @@ static int pb_string(const uint8_t *msg, size_t msglen, uint32_t want, const uin
 static char *join_name(const char *prefix, const uint8_t *name, size_t len)
 {
     size_t plen = strlen(prefix);
-    char *s = malloc(plen + 1 + len + 1);
-    if (s == NULL)
-        abort();
+    char *s = echod_must(malloc(plen + 1 + len + 1), "reflection symbol");
     memcpy(s, prefix, plen);
     size_t at = plen;
     if (plen != 0)
@@ -138,9 +137,7 @@ static char *add_symbol(const char *prefix, const uint8_t *name, size_t len, sym
 {
     if (db.nsymbols == db.cap) {
         db.cap = db.cap == 0 ? 64 : db.cap * 2;
-        db.symbols = realloc(db.symbols, db.cap * sizeof(*db.symbols));
-        if (db.symbols == NULL)
-            abort();
+        db.symbols = echod_must(realloc(db.symbols, db.cap * sizeof(*db.symbols)), "reflection symbols");
     }
     char *full = join_name(prefix, name, len);
     db.symbols[db.nsymbols++] = (symbol_t){.name = full, .kind = kind, .file = file};
@@ -224,9 +221,7 @@ static int index_file(size_t f)
                 rv = -1;
                 goto out;
             }
-            file->deps = realloc(file->deps, (file->ndeps + 1) * sizeof(*file->deps));
-            if (file->deps == NULL)
-                abort();
+            file->deps = echod_must(realloc(file->deps, (file->ndeps + 1) * sizeof(*file->deps)), "reflection deps");
             file->deps[file->ndeps++] = (size_t)dep;
             break;
         }
@@ -275,9 +270,7 @@ static void build_db(void)
             rv = -1;
             break;
         }
-        db.files = realloc(db.files, (db.nfiles + 1) * sizeof(*db.files));
-        if (db.files == NULL)
-            abort();
+        db.files = echod_must(realloc(db.files, (db.nfiles + 1) * sizeof(*db.files)), "reflection files");
         db.files[db.nfiles++] = (file_t){.name = join_name("", name, nlen), .data = data, .len = len};
     }
     /* dependencies are resolved once every file is known: protoc lists them first, but says not */
@@ -327,7 +320,7 @@ static echod_msg_t *files_response(response_t *resp, size_t root)
     uint8_t *seen = calloc(db.nfiles, 1);
     ProtobufCBinaryData *blobs = malloc(db.nfiles * sizeof(*blobs));
     if (order == NULL || seen == NULL || blobs == NULL)
-        abort();
+        echod_oom("reflection file order");
     size_t n = 0;
     order[n++] = root;
     seen[root] = 1;
@@ -360,7 +353,7 @@ static echod_msg_t *services_response(response_t *resp, const echod_registry_t *
     Grpc__Reflection__V1__ServiceResponse *items = calloc(reg->count, sizeof(*items));
     Grpc__Reflection__V1__ServiceResponse **ptrs = calloc(reg->count, sizeof(*ptrs));
     if (reg->count != 0 && (items == NULL || ptrs == NULL))
-        abort();
+        echod_oom("reflection service list");
     size_t n = 0;
     for (size_t i = 0; i != reg->count; i++) {
         const char *svc = reg->methods[i]->service;

@@ -6,6 +6,7 @@
 #include "echo.pb-c.h"
 #include "grpc/status.h"
 #include "services/work.h"
+#include "util/err.h"
 
 static const char *const header_names[] = {
     "echod-response-bytes", "echod-cpu-us", "echod-sleep-us", "echod-status", "echod-error-rate", "echod-echo-metadata",
@@ -187,9 +188,7 @@ echod_msg_t *echod_work_reshape_echo(echod_msg_t *req, int64_t response_bytes)
         grpc__examples__echo__echo_request__unpack(NULL, req->len, echod_msg_payload(req));
     echod_msg_free(req);
     size_t want = (size_t)response_bytes, have = in != NULL ? strlen(in->message) : 0;
-    char *text = malloc(want + 1);
-    if (text == NULL)
-        abort(); /* want is capped by work.max_response_bytes */
+    char *text = echod_must(malloc(want + 1), "echod-response-bytes response"); /* capped by work.max_response_bytes */
     size_t keep = have < want ? have : want;
     /* never cut a UTF-8 sequence: back up to a lead byte, then pad */
     while (keep > 0 && keep < have && ((unsigned char)in->message[keep] & 0xC0) == 0x80)

@@ -9,6 +9,7 @@
 #include "transport/loop.h"
 #include "transport/stream.h"
 #include "util/clock.h"
+#include "util/err.h"
 
 static const echod_call_ops_t stream_call_ops;
 
@@ -144,9 +145,7 @@ void echod_stream_copy_data(echod_stream_t *s, uint8_t *dst, size_t length)
 static void submit_headers(echod_stream_t *s, int with_data)
 {
     size_t echoed = s->call.work.echo_metadata ? s->hdr.meta_count : 0;
-    nghttp2_nv fixed[5], *nv = echoed != 0 ? malloc((5 + echoed) * sizeof(*nv)) : fixed;
-    if (nv == NULL)
-        nv = fixed, echoed = 0;
+    nghttp2_nv fixed[5], *nv = echoed != 0 ? echod_must(malloc((5 + echoed) * sizeof(*nv)), "echoed metadata") : fixed;
     nv[0] = (nghttp2_nv)NV(":status", "200");
     nv[1] = (nghttp2_nv)NV("content-type", "application/grpc");
     size_t n = 2;
@@ -295,9 +294,7 @@ static int is_reserved_header(const uint8_t *name, size_t len)
 static void keep_metadata(echod_stream_t *s, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen)
 {
     size_t need = s->hdr.meta_len + nlen + vlen + 2;
-    char *m = realloc(s->hdr.meta, need);
-    if (m == NULL)
-        return;
+    char *m = echod_must(realloc(s->hdr.meta, need), "request metadata");
     memcpy(m + s->hdr.meta_len, name, nlen);
     m[s->hdr.meta_len + nlen] = '\0';
     memcpy(m + s->hdr.meta_len + nlen + 1, value, vlen);
@@ -625,9 +622,7 @@ static void task_run(echod_loop_msg_t *m)
 
 static stream_task_t *post_task(echod_stream_t *s, task_kind_t kind)
 {
-    stream_task_t *t = calloc(1, sizeof(*t)); /* zeroed: h2o asserts the link is not linked */
-    if (t == NULL)
-        abort();
+    stream_task_t *t = echod_must(calloc(1, sizeof(*t)), "loop task"); /* zeroed: h2o asserts the link is not linked */
     t->super.run = task_run;
     t->kind = kind;
     t->stream = s;

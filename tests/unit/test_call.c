@@ -369,5 +369,6 @@ int main(void)
     test_reentrancy_queue();
     test_per_method_switch();
     test_unknown_method();
+    echod_config_free(&cfg);
     return check_done();
 }
