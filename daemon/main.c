@@ -18,6 +18,7 @@
 #include "services/health.h"
 #include "transport/loop.h"
 #include "transport/server.h"
+#include "util/listen.h"
 #include "transport/tls.h"
 #include "util/log.h"
 
@@ -165,13 +166,15 @@ int main(int argc, char **argv)
         return EXIT_CONFIG;
     }
     for (unsigned i = 0; i != nloops; i++) {
-        if ((grpc_fds[i] = echod_loop_listen(cfg.listen.grpc, i == 0, err, sizeof(err))) < 0) {
+        /* one socket per loop (SO_REUSEPORT); the first checks that no other process holds the port */
+        unsigned flags = ECHOD_LISTEN_REUSEPORT | (i == 0 ? ECHOD_LISTEN_CHECK_FREE : 0);
+        if ((grpc_fds[i] = echod_listen(cfg.listen.grpc, flags, NULL, err, sizeof(err))) < 0) {
             fprintf(stderr, "echod: listen.grpc: %s\n", err);
             return EXIT_CONFIG;
         }
         rest_fds[i] = -1;
         if (cfg.listen.rest[0] != '\0' &&
-            (rest_fds[i] = echod_loop_listen(cfg.listen.rest, i == 0, err, sizeof(err))) < 0) {
+            (rest_fds[i] = echod_listen(cfg.listen.rest, flags, NULL, err, sizeof(err))) < 0) {
             fprintf(stderr, "echod: listen.rest: %s\n", err);
             return EXIT_CONFIG;
         }

@@ -31,6 +31,7 @@
 #include "admin/admin.h"
 #include "metrics/metrics.h"
 #include "util/h2o_compat.h"
+#include "util/listen.h"
 #include "util/log.h"
 
 /* How long stop waits for open admin connections to wind down before giving up on them. */
@@ -315,84 +316,6 @@ static void *admin_main(void *arg)
 /* -------------------------------------------------------------------------------------------- */
 /* main thread */
 
-/* Splits "host:port" ("[v6]:port" too); an empty host or "*" means every address. */
-static int split_listen(const char *addr, char *host, size_t hostlen, char *port, size_t portlen)
-{
-    const char *colon = strrchr(addr, ':');
-    if (colon == NULL || colon[1] == '\0')
-        return -1;
-    const char *h = addr, *hend = colon;
-    if (*h == '[') {
-        if (hend == h || hend[-1] != ']')
-            return -1;
-        ++h;
-        --hend;
-    }
-    if ((size_t)(hend - h) >= hostlen || strlen(colon + 1) >= portlen)
-        return -1;
-    memcpy(host, h, (size_t)(hend - h));
-    host[hend - h] = '\0';
-    if (strcmp(host, "*") == 0)
-        host[0] = '\0';
-    strcpy(port, colon + 1);
-    for (const char *p = port; *p != '\0'; ++p)
-        if (*p < '0' || *p > '9')
-            return -1;
-    return atoi(port) <= 65535 ? 0 : -1;
-}
-
-static int open_listener(const char *addr, int *port_out, char *err, size_t errlen)
-{
-    char host[256], port[16];
-    if (split_listen(addr, host, sizeof(host), port, sizeof(port)) != 0) {
-        snprintf(err, errlen, "admin listener %s: expected host:port", addr);
-        return -1;
-    }
-
-    struct addrinfo hints, *res;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    int gai = getaddrinfo(host[0] != '\0' ? host : NULL, port, &hints, &res);
-    if (gai != 0) {
-        snprintf(err, errlen, "admin listener %s: %s", addr, gai_strerror(gai));
-        return -1;
-    }
-
-    int fd = -1, saved = 0;
-    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd == -1) {
-            saved = errno;
-            continue;
-        }
-        int on = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0)
-            break;
-        saved = errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    if (fd == -1) {
-        snprintf(err, errlen, "admin listener %s: %s", addr, strerror(saved));
-        return -1;
-    }
-
-    struct sockaddr_storage ss;
-    socklen_t sslen = sizeof(ss);
-    *port_out = 0;
-    if (getsockname(fd, (struct sockaddr *)&ss, &sslen) == 0) {
-        if (ss.ss_family == AF_INET)
-            *port_out = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        else if (ss.ss_family == AF_INET6)
-            *port_out = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    }
-    return fd;
-}
-
 echod_admin_t *echod_admin_start(const char *addr, char *err, size_t errlen)
 {
     echod_admin_t *admin = calloc(1, sizeof(*admin));
@@ -401,7 +324,9 @@ echod_admin_t *echod_admin_start(const char *addr, char *err, size_t errlen)
         return NULL;
     }
     snprintf(admin->addr, sizeof(admin->addr), "%s", addr);
-    if ((admin->fd = open_listener(addr, &admin->port, err, errlen)) == -1) {
+    char why[256];
+    if ((admin->fd = echod_listen(addr, ECHOD_LISTEN_NONBLOCK, &admin->port, why, sizeof(why))) == -1) {
+        snprintf(err, errlen, "admin listener %s", why);
         free(admin);
         return NULL;
     }

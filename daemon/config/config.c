@@ -18,6 +18,7 @@
 #include <yaml.h>
 #include "config/config.h"
 #include "util/err.h"
+#include "util/listen.h"
 
 /* Schema */
 
@@ -516,55 +517,11 @@ static int parse_bool(const char *s, bool *out)
 
 int echod_config_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port)
 {
-    const char *colon, *h = s;
-    size_t hlen;
-    char buf[64];
-
-    if (s == NULL)
+    uint16_t p;
+    if (echod_hostport_parse(s, host, hostlen, &p) != 0 || p == 0) /* a listener needs a real port */
         return -1;
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-        if (close == NULL || close[1] != ':')
-            return -1;
-        h = s + 1;
-        hlen = (size_t)(close - h);
-        colon = close + 1;
-        struct in6_addr a6;
-        if (hlen == 0 || hlen >= sizeof(buf))
-            return -1;
-        memcpy(buf, h, hlen);
-        buf[hlen] = '\0';
-        if (inet_pton(AF_INET6, buf, &a6) != 1)
-            return -1;
-    } else {
-        /* The last colon, so that a bare IPv6 literal fails the host check instead of splitting oddly. */
-        colon = strrchr(s, ':');
-        if (colon == NULL)
-            return -1;
-        hlen = (size_t)(colon - s);
-        if (hlen >= sizeof(buf))
-            return -1;
-        memcpy(buf, s, hlen);
-        buf[hlen] = '\0';
-        struct in_addr a4;
-        if (strcmp(buf, "*") == 0) {
-            buf[0] = '\0';
-            hlen = 0;
-        } else if (hlen != 0 && strcmp(buf, "localhost") != 0 && inet_pton(AF_INET, buf, &a4) != 1) {
-            return -1;
-        }
-    }
-    uint64_t p;
-    if (parse_uint(colon + 1, &p) != 0 || strlen(colon + 1) > 5 || p < 1 || p > 65535)
-        return -1;
-    if (host != NULL) {
-        if (hlen >= hostlen)
-            return -1;
-        memcpy(host, buf, hlen);
-        host[hlen] = '\0';
-    }
     if (port != NULL)
-        *port = (uint16_t)p;
+        *port = p;
     return 0;
 }
 

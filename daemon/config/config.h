@@ -179,8 +179,8 @@ const char *echod_config_where(const echod_config_t *cfg, const char *key, char 
 const echod_exec_config_t *echod_config_method_exec(const echod_config_t *cfg, const char *method);
 
 /*
- * Splits a listen address as the config accepts it. host receives "" for any address ("*",
- * empty), else "localhost", an IPv4 literal or an IPv6 literal without brackets. Returns 0 or -1.
+ * Splits a listen address as the config accepts it (echod_hostport_parse, port 1..65535). host receives "" for any
+ * address ("*", empty), else "localhost", an IPv4 literal or an IPv6 literal without brackets. Returns 0 or -1.
  */
 int echod_config_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port);
 

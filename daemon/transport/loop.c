@@ -26,58 +26,6 @@
 
 _Thread_local echod_loop_t *echod_loop__current;
 
-int echod_loop_listen(const char *addr, int first, char *err, size_t errlen)
-{
-    char host[256];
-    const char *colon = strrchr(addr, ':');
-    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host)) {
-        snprintf(err, errlen, "%s: expected host:port", addr);
-        return -1;
-    }
-    memcpy(host, addr, (size_t)(colon - addr));
-    host[colon - addr] = '\0';
-    char *h = host;
-    if (h[0] == '[' && h[strlen(h) - 1] == ']') {
-        h[strlen(h) - 1] = '\0';
-        h++;
-    }
-    if (h[0] == '\0' || strcmp(h, "*") == 0)
-        h = NULL;
-
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res;
-    int rv = getaddrinfo(h, colon + 1, &hints, &res);
-    if (rv != 0) {
-        snprintf(err, errlen, "%s: %s", addr, gai_strerror(rv));
-        return -1;
-    }
-    /* SO_REUSEPORT lets every loop own a listener, but it would also let a second echod share
-     * the port silently: a plain bind first says whether anyone else holds it. */
-    int probe = first ? socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
-    int one = 1;
-    if (probe >= 0) {
-        setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(probe, res->ai_addr, res->ai_addrlen) != 0 && errno == EADDRINUSE) {
-            snprintf(err, errlen, "%s: %s", addr, strerror(errno));
-            close(probe);
-            freeaddrinfo(res);
-            return -1;
-        }
-        close(probe);
-    }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0 ||
-        bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 4096) != 0) {
-        snprintf(err, errlen, "%s: %s", addr, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(res);
-        return -1;
-    }
-    freeaddrinfo(res);
-    return fd;
-}
-
 void echod_loop_link_deadline(echod_loop_t *loop, h2o_timeout_entry_t *entry, uint64_t deadline_ms)
 {
     /* A 0 ms list fires an entry once now >= registered_at, and the loop sleeps until its first

@@ -59,13 +59,6 @@ typedef struct echod_loop {
     int ready;
 } echod_loop_t;
 
-/*
- * Binds "host:port" with SO_REUSEPORT, so each loop can own a listener. `first`: check that no
- * other process holds the port (the later sockets of the same set would fail that check).
- * Main thread.
- */
-int echod_loop_listen(const char *addr, int first, char *err, size_t errlen);
-
 /* Starts the loop thread serving listen_fd (gRPC) and rest_fd (REST control arm, -1 = none). Main thread. */
 echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int listen_fd, int rest_fd, char *err,
                                size_t errlen);
