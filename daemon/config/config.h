@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "util/log.h"
 
 typedef enum {
     ECHOD_EXEC_DIRECT = 0,  /* run steps on the calling (loop) thread */
@@ -57,8 +58,6 @@ typedef enum { ECHOD_SERIALIZE_AUTO = 0, ECHOD_SERIALIZE_ALWAYS } echod_serializ
  * woken thread does not preempt the running one (a hand-off waits for the waker to block). */
 typedef enum { ECHOD_SCHED_OTHER = 0, ECHOD_SCHED_BATCH } echod_sched_policy_t;
 typedef enum { ECHOD_FLUSH_LOOP_TAIL = 0, ECHOD_FLUSH_READ_COMPLETE, ECHOD_FLUSH_IMMEDIATE } echod_flush_t;
-typedef enum { ECHOD_LOG_DEBUG = 0, ECHOD_LOG_INFO, ECHOD_LOG_WARN, ECHOD_LOG_ERROR } echod_log_level_t;
-typedef enum { ECHOD_LOG_TEXT = 0, ECHOD_LOG_JSON } echod_log_format_t;
 
 typedef struct echod_config {
     char *arm; /* free-form name, shown in logs and metrics */

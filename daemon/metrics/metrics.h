@@ -21,30 +21,8 @@
 #include <stdint.h>
 #include "config/config.h"
 #include "dispatch/step.h"
+#include "transport/events.h"
 
-typedef enum {
-    ECHOD_LOOP_TASK_REQUEST = 0,
-    ECHOD_LOOP_TASK_WRITE,
-    ECHOD_LOOP_TASK_CLOSE,
-    ECHOD_LOOP_TASK__COUNT
-} echod_loop_task_kind_t;
-typedef enum {
-    ECHOD_FLUSH_TRIGGER_LOOP_TAIL = 0,
-    ECHOD_FLUSH_TRIGGER_READ_COMPLETE,
-    ECHOD_FLUSH_TRIGGER_IMMEDIATE,
-    ECHOD_FLUSH_TRIGGER_LOOP_TASK,
-    ECHOD_FLUSH_TRIGGER__COUNT
-} echod_flush_trigger_t;
-typedef enum {
-    ECHOD_CLOSE_HANDSHAKE_TIMEOUT = 0,
-    ECHOD_CLOSE_IDLE,
-    ECHOD_CLOSE_MAX_AGE,
-    ECHOD_CLOSE_LIMIT,
-    ECHOD_CLOSE_RESET_FLOOD,    /* RST_STREAM over transport.max_resets_per_second (CVE-2023-44487) */
-    ECHOD_CLOSE_FLOOD,          /* SETTINGS/PING acks piling up, too many CONTINUATION frames */
-    ECHOD_CLOSE_PROTOCOL_ERROR, /* bad preface, malformed frames, any other HTTP/2 connection error */
-    ECHOD_CLOSE__COUNT
-} echod_close_reason_t;
 typedef enum {
     ECHOD_GRPC_UNARY = 0,
     ECHOD_GRPC_CLIENT_STREAM,

@@ -5,7 +5,8 @@
 #ifndef ECHOD_LOG_H
 #define ECHOD_LOG_H
 
-#include "config/config.h"
+typedef enum { ECHOD_LOG_DEBUG = 0, ECHOD_LOG_INFO, ECHOD_LOG_WARN, ECHOD_LOG_ERROR } echod_log_level_t;
+typedef enum { ECHOD_LOG_TEXT = 0, ECHOD_LOG_JSON } echod_log_format_t;
 
 void echod_log_setup(echod_log_level_t level, echod_log_format_t format, const char *arm);
 void echod_log(echod_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
