@@ -23,31 +23,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#if !defined(H2O_USE_LIBUV) || H2O_USE_LIBUV != 0
-#error "build with -DH2O_USE_LIBUV=0: the admin server runs on h2o's own evloop, not libuv"
-#endif
-#include <h2o.h>
-
 #include "admin/admin.h"
 #include "metrics/metrics.h"
 #include "util/h2o_compat.h"
+#include "util/http1.h"
 #include "util/listen.h"
 #include "util/log.h"
 
 /* How long stop waits for open admin connections to wind down before giving up on them. */
 #define ADMIN_DRAIN_MS 2000
-
-/* An accepted connection, tracked so that stop can close it (h2o keeps no list we may walk). */
-typedef struct {
-    h2o_linklist_t link;
-    h2o_socket_t *sock;
-    echod_admin_t *admin;
-} admin_conn_t;
-
-typedef struct {
-    h2o_handler_t super;
-    echod_admin_t *admin;
-} admin_handler_t;
 
 struct echod_admin {
     char addr[128]; /* as given, for log lines */
@@ -61,13 +45,9 @@ struct echod_admin {
 
     /* admin thread only, between `ready` and the end of the thread */
     h2o_evloop_t *loop;
-    h2o_globalconf_t globalconf;
-    h2o_context_t ctx;
-    h2o_accept_ctx_t accept_ctx;
-    h2o_socket_t *listener;
+    echod_http1_t http;
     h2o_multithread_queue_t *queue;
     h2o_multithread_receiver_t wake;
-    h2o_linklist_t conns; /* admin_conn_t */
 };
 
 /* -------------------------------------------------------------------------------------------- */
@@ -129,7 +109,7 @@ static int on_mark(h2o_req_t *req)
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
-    echod_admin_t *admin = ((admin_handler_t *)self)->admin;
+    echod_admin_t *admin = ((echod_http1_handler_t *)self)->owner;
 
     if (path_is(req, "/admin/mark"))
         return on_mark(req);
@@ -168,39 +148,6 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 /* -------------------------------------------------------------------------------------------- */
 /* connections */
 
-static void on_conn_close(void *data)
-{
-    admin_conn_t *conn = data;
-    h2o_linklist_unlink(&conn->link);
-    free(conn);
-}
-
-static void on_accept(h2o_socket_t *listener, const char *err)
-{
-    echod_admin_t *admin = listener->data;
-    if (err != NULL)
-        return;
-
-    /* Bounded, so a connect storm cannot starve the wake-up pipe of this loop. */
-    for (int i = 0; i < 16; ++i) {
-        h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
-        if (sock == NULL)
-            break;
-        admin_conn_t *conn = calloc(1, sizeof(*conn)); /* h2o_linklist_insert wants an unlinked (zeroed) node */
-        if (conn == NULL) {
-            h2o_socket_close(sock);
-            continue;
-        }
-        conn->sock = sock;
-        conn->admin = admin;
-        h2o_linklist_insert(&admin->conns, &conn->link);
-        /* h2o's HTTP/1 code leaves on_close alone; it fires from h2o_socket_close however it is reached. */
-        sock->on_close.cb = on_conn_close;
-        sock->on_close.data = conn;
-        h2o_accept(&admin->accept_ctx, sock);
-    }
-}
-
 /* Only a wake-up: stop sets the flag first, and the run loop looks at it after every iteration. */
 static void on_wake(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
 {
@@ -215,29 +162,11 @@ static void on_wake(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messag
 static void setup(echod_admin_t *admin)
 {
     admin->loop = h2o_evloop_create();
-    h2o_linklist_init_anchor(&admin->conns);
-
-    h2o_config_init(&admin->globalconf);
-    admin->globalconf.server_name = h2o_iovec_init(H2O_STRLIT("echod"));
-    /* The admin port speaks HTTP/1.1 only; an h2c upgrade would hand the socket to code we never test. */
-    admin->globalconf.http1.upgrade_to_http2 = 0;
-    h2o_hostconf_t *host = h2o_config_register_host(&admin->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    /* One handler at "/" sees every path, so unknown paths and wrong methods get our answers. */
-    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
-    admin_handler_t *handler = (admin_handler_t *)h2o_create_handler(path, sizeof(*handler));
-    handler->super.on_req = on_req;
-    handler->admin = admin;
-
-    h2o_context_init(&admin->ctx, admin->loop, &admin->globalconf);
-    admin->accept_ctx.ctx = &admin->ctx;
-    admin->accept_ctx.hosts = admin->globalconf.hosts;
-
     admin->queue = h2o_multithread_create_queue(admin->loop);
     h2o_multithread_register_receiver(admin->queue, &admin->wake, on_wake);
-
-    admin->listener = h2o_evloop_socket_create(admin->loop, admin->fd, H2O_SOCKET_FLAG_DONT_READ);
-    admin->listener->data = admin;
-    h2o_socket_read_start(admin->listener, on_accept);
+    /* Accepts bounded per wake-up, so a connect storm cannot starve the wake-up pipe of this loop. */
+    echod_http1_config_t cfg = {.on_req = on_req, .owner = admin, .accept_batch = 16};
+    echod_http1_init(&admin->http, admin->loop, admin->fd, &cfg);
 }
 
 static uint64_t now_ms(void)
@@ -249,22 +178,12 @@ static uint64_t now_ms(void)
 
 static void teardown(echod_admin_t *admin)
 {
-    h2o_socket_read_stop(admin->listener);
-    h2o_socket_close(admin->listener);
-    admin->listener = NULL;
-
-    /*
-     * HTTP/1 in h2o 2.2.5 has no request_shutdown hook, so an idle keep-alive connection would sit
-     * in the context's request timeout list for 10 s, and disposing the context with it there
-     * trips an assertion. Shutting the socket down makes its next read see EOF, so h2o closes the
-     * connection through its own error path and frees everything it owns.
-     */
-    for (h2o_linklist_t *node = admin->conns.next; node != &admin->conns; node = node->next) {
-        admin_conn_t *conn = H2O_STRUCT_FROM_MEMBER(admin_conn_t, link, node);
-        shutdown(h2o_socket_get_fd(conn->sock), SHUT_RDWR);
-    }
+    echod_http1_stop_accepting(&admin->http);
+    /* An idle keep-alive connection would otherwise sit in the context's request timeout list
+     * for 10 s, and disposing the context with it there trips an assertion. */
+    echod_http1_shut(&admin->http, 0);
     uint64_t deadline = now_ms() + ADMIN_DRAIN_MS;
-    while (!h2o_linklist_is_empty(&admin->conns) && now_ms() < deadline)
+    while (!echod_http1_is_empty(&admin->http) && now_ms() < deadline)
         h2o_evloop_run(admin->loop, 10);
 
     h2o_multithread_unregister_receiver(admin->queue, &admin->wake);
@@ -272,15 +191,11 @@ static void teardown(echod_admin_t *admin)
     echod_h2o_free_queue(admin->queue);
     admin->queue = NULL;
 
-    if (!h2o_linklist_is_empty(&admin->conns)) {
+    if (echod_http1_dispose(&admin->http) != 0) {
         /* Disposing now would assert inside h2o; leaking a stuck connection at exit is the lesser evil. */
         echod_warn("admin: connections still open after %d ms; not freeing the admin server", ADMIN_DRAIN_MS);
         return;
     }
-    h2o_multithread_queue_t *ctx_queue = admin->ctx.queue;
-    h2o_context_dispose(&admin->ctx);
-    echod_h2o_free_queue(ctx_queue); /* the same leak, inherited by h2o_context_dispose */
-    h2o_config_dispose(&admin->globalconf);
     /*
      * Frees the sockets closed above (the loop only unlinks them until its next state update).
      * 2.2.5 does not close the loop's epoll descriptor here: one fd per admin start/stop stays open.

@@ -5,44 +5,24 @@
  * connections beside them, because h2o sockets and request pools allocate from thread-local
  * caches. Only `counters` is read from other threads (echod_rest_stats).
  *
- * The approach to h2o 2.2.5's gaps (connection list, keep-alive shutdown, leaked queues and
- * caches) is the one daemon/admin/admin.c takes; the differences are that this server shares a
- * loop it does not own, and that stop is incremental so the loop keeps serving gRPC meanwhile.
+ * The HTTP/1.1 server itself, and the way around h2o 2.2.5's gaps (connection list, keep-alive
+ * shutdown, leaked queues), is util/http1.c's, shared with the admin listener; this one shares a
+ * loop it does not own, and its stop is incremental so the loop keeps serving gRPC meanwhile.
  */
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
-
-#if !defined(H2O_USE_LIBUV) || H2O_USE_LIBUV != 0
-#error "build with -DH2O_USE_LIBUV=0: the REST arm runs on an h2o evloop, not libuv"
-#endif
-#include <h2o.h>
 
 #include "metrics/metrics.h"
 #include "transport/rest.h"
 #include "util/h2o_compat.h"
+#include "util/http1.h"
 #include "util/log.h"
 
 /* Accepts per listener wake-up: the loop also serves gRPC, so a connect storm must not hog it. */
 #define REST_ACCEPT_BATCH 64
-
-/* An accepted connection, tracked so that stop can close it (h2o keeps no list we may walk). */
-typedef struct {
-    h2o_linklist_t link;
-    h2o_socket_t *sock;
-    echod_rest_t *rest;
-    int shut; /* shutdown(2) done: h2o sees EOF or EPIPE and closes it through its own paths */
-} rest_conn_t;
-
-typedef struct {
-    h2o_handler_t super;
-    echod_rest_t *rest;
-} rest_handler_t;
 
 /*
  * Written by the loop thread only, read by any: a relaxed load and store (no locked add) is
@@ -57,11 +37,7 @@ typedef struct {
 } rest_counters_t;
 
 struct echod_rest {
-    h2o_globalconf_t globalconf;
-    h2o_context_t ctx;
-    h2o_accept_ctx_t accept_ctx;
-    h2o_socket_t *listener; /* NULL once stop has begun */
-    h2o_linklist_t conns;   /* rest_conn_t */
+    echod_http1_t http;
     /* h2o's own 400/413 counts already added to `counters` (ctx.emitted_error_status is not atomic) */
     uint64_t emitted_seen_400, emitted_seen_413;
     rest_counters_t counters;
@@ -88,8 +64,8 @@ static void count(_Atomic uint64_t *counter, uint64_t n)
  */
 static void sync_emitted(echod_rest_t *rest)
 {
-    uint64_t e400 = rest->ctx.emitted_error_status[H2O_STATUS_ERROR_400];
-    uint64_t e413 = rest->ctx.emitted_error_status[H2O_STATUS_ERROR_413];
+    uint64_t e400 = rest->http.ctx.emitted_error_status[H2O_STATUS_ERROR_400];
+    uint64_t e413 = rest->http.ctx.emitted_error_status[H2O_STATUS_ERROR_413];
     COUNT(rest, responses[ECHOD_REST_STATUS_400], e400 - rest->emitted_seen_400);
     COUNT(rest, responses[ECHOD_REST_STATUS_413], e413 - rest->emitted_seen_413);
     rest->emitted_seen_400 = e400;
@@ -228,7 +204,7 @@ static void echo_query(echod_rest_t *rest, h2o_req_t *req)
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
-    echod_rest_t *rest = ((rest_handler_t *)self)->rest;
+    echod_rest_t *rest = ((echod_http1_handler_t *)self)->owner;
     sync_emitted(rest);
 
     if (!h2o_memis(req->path_normalized.base, req->path_normalized.len, H2O_STRLIT("/echo"))) {
@@ -247,72 +223,18 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 /* -------------------------------------------------------------------------------------------- */
 /* connections */
 
-static void on_conn_close(void *data)
+static void on_open(echod_http1_t *http)
 {
-    rest_conn_t *conn = data;
-    echod_rest_t *rest = conn->rest;
+    echod_rest_t *rest = http->cfg.owner;
+    COUNT(rest, connections_accepted, 1);
+    COUNT(rest, connections_open, 1);
+}
+
+static void on_close(echod_http1_t *http)
+{
+    echod_rest_t *rest = http->cfg.owner;
     sync_emitted(rest);
     COUNT(rest, connections_open, (uint64_t)-1);
-    h2o_linklist_unlink(&conn->link);
-    free(conn);
-}
-
-static void on_accept(h2o_socket_t *listener, const char *err)
-{
-    echod_rest_t *rest = listener->data;
-    if (err != NULL)
-        return;
-
-    for (int i = 0; i < REST_ACCEPT_BATCH; ++i) {
-        h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
-        if (sock == NULL)
-            break;
-        rest_conn_t *conn = calloc(1, sizeof(*conn)); /* h2o_linklist_insert wants an unlinked (zeroed) node */
-        if (conn == NULL) {
-            h2o_socket_close(sock);
-            continue;
-        }
-        conn->sock = sock;
-        conn->rest = rest;
-        h2o_linklist_insert(&rest->conns, &conn->link);
-        COUNT(rest, connections_accepted, 1);
-        COUNT(rest, connections_open, 1);
-        /* Same socket options as the gRPC arm, so the two arms differ only in what runs above TCP. */
-        int one = 1;
-        setsockopt(h2o_socket_get_fd(sock), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        /* h2o's HTTP/1 code leaves on_close alone; it fires from h2o_socket_close however that is reached. */
-        sock->on_close.cb = on_conn_close;
-        sock->on_close.data = conn;
-        h2o_accept(&rest->accept_ctx, sock);
-    }
-}
-
-/*
- * Idle means between keep-alive requests: h2o is waiting for a request, holds no part of one,
- * is writing nothing, and no byte of a next request already waits in the kernel (that request
- * will be answered with Connection: close instead). Closing an idle connection loses nothing;
- * a client that sends into the close anyway is the race every HTTP/1.1 server has.
- */
-static int conn_is_idle(rest_conn_t *conn)
-{
-    h2o_socket_t *sock = conn->sock;
-    if (!h2o_socket_is_reading(sock) || h2o_socket_is_writing(sock) || sock->input->size != 0)
-        return 0;
-    int pending = 0;
-    return ioctl(h2o_socket_get_fd(sock), FIONREAD, &pending) == 0 && pending == 0;
-}
-
-/*
- * HTTP/1 in h2o 2.2.5 has no request_shutdown hook, and closing the socket under it would leave
- * its connection object dangling. Shutting the socket down makes its next read see EOF (or its
- * next write fail), so h2o closes the connection through its own error path and frees it all.
- */
-static void conn_shut(rest_conn_t *conn)
-{
-    if (conn->shut)
-        return;
-    conn->shut = 1;
-    shutdown(h2o_socket_get_fd(conn->sock), SHUT_RDWR);
 }
 
 /* -------------------------------------------------------------------------------------------- */
@@ -331,58 +253,31 @@ echod_rest_t *echod_rest_start(h2o_evloop_t *loop, int listen_fd, char *err, siz
         snprintf(err, errlen, "rest: out of memory");
         return NULL;
     }
-    h2o_linklist_init_anchor(&rest->conns);
-
-    h2o_config_init(&rest->globalconf);
-    rest->globalconf.server_name = h2o_iovec_init(H2O_STRLIT("echod"));
-    /* Larger bodies get h2o's own 413 and a close (a chunked one as soon as it outgrows this). */
-    rest->globalconf.max_request_entity_size = ECHOD_REST_MAX_BODY;
-    /* HTTP/1.1 only: h2o's HTTP/2 server needs a graceful-shutdown dance stop does not do. */
-    rest->globalconf.http1.upgrade_to_http2 = 0;
-    h2o_hostconf_t *host = h2o_config_register_host(&rest->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    /* One handler at "/" sees every path, so unknown paths and wrong methods get our answers. */
-    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
-    rest_handler_t *handler = (rest_handler_t *)h2o_create_handler(path, sizeof(*handler));
-    handler->super.on_req = on_req;
-    handler->rest = rest;
-
-    h2o_context_init(&rest->ctx, loop, &rest->globalconf);
-    rest->accept_ctx.ctx = &rest->ctx;
-    rest->accept_ctx.hosts = rest->globalconf.hosts;
-
-    /* h2o_evloop_socket_create makes the fd nonblocking itself. */
-    rest->listener = h2o_evloop_socket_create(loop, listen_fd, H2O_SOCKET_FLAG_DONT_READ);
-    rest->listener->data = rest;
-    h2o_socket_read_start(rest->listener, on_accept);
+    /* Larger bodies get h2o's own 413 and a close (a chunked one as soon as it outgrows this);
+     * accepts are batched because the loop also serves gRPC; TCP_NODELAY as on the gRPC arm,
+     * so the two arms differ only in what runs above TCP. */
+    echod_http1_config_t cfg = {.on_req = on_req,
+                                .owner = rest,
+                                .max_request_body = ECHOD_REST_MAX_BODY,
+                                .accept_batch = REST_ACCEPT_BATCH,
+                                .tcp_nodelay = 1,
+                                .on_open = on_open,
+                                .on_close = on_close};
+    echod_http1_init(&rest->http, loop, listen_fd, &cfg);
     return rest;
 }
 
 int echod_rest_stop(echod_rest_t *rest)
 {
-    if (rest->listener != NULL) {
-        h2o_socket_read_stop(rest->listener);
-        h2o_socket_close(rest->listener);
-        rest->listener = NULL;
-        /*
-         * h2o 2.2.5's HTTP/1 code reads this flag as it parses each request and then answers with
-         * Connection: close. Set directly: h2o_context_request_shutdown would also arm HTTP/2's
-         * GOAWAY timer in the context, which h2o_context_dispose then asserts is idle.
-         */
-        rest->ctx.shutdown_requested = 1;
-    }
-    for (h2o_linklist_t *node = rest->conns.next; node != &rest->conns; node = node->next) {
-        rest_conn_t *conn = H2O_STRUCT_FROM_MEMBER(rest_conn_t, link, node);
-        if (conn_is_idle(conn))
-            conn_shut(conn);
-    }
-    return h2o_linklist_is_empty(&rest->conns);
+    echod_http1_stop_accepting(&rest->http);
+    echod_http1_shut(&rest->http, 1);
+    return echod_http1_is_empty(&rest->http);
 }
 
 void echod_rest_abort(echod_rest_t *rest)
 {
-    echod_rest_stop(rest);
-    for (h2o_linklist_t *node = rest->conns.next; node != &rest->conns; node = node->next)
-        conn_shut(H2O_STRUCT_FROM_MEMBER(rest_conn_t, link, node));
+    echod_http1_stop_accepting(&rest->http);
+    echod_http1_shut(&rest->http, 0);
 }
 
 /*
@@ -392,15 +287,11 @@ void echod_rest_abort(echod_rest_t *rest)
  */
 void echod_rest_dispose(echod_rest_t *rest)
 {
-    if (rest->listener != NULL || !h2o_linklist_is_empty(&rest->conns)) {
+    if (echod_http1_dispose(&rest->http) != 0) {
         /* h2o_context_dispose would assert on the connections' timeouts; a leak at exit is the lesser evil. */
         echod_warn("rest: disposed with connections still open; not freeing the REST server");
         return;
     }
-    h2o_multithread_queue_t *ctx_queue = rest->ctx.queue;
-    h2o_context_dispose(&rest->ctx);
-    echod_h2o_free_queue(ctx_queue); /* h2o 2.2 closes the context queue's pipe but never frees it */
-    h2o_config_dispose(&rest->globalconf);
     free(rest);
     echod_h2o_drain_thread_caches();
 }
