@@ -168,13 +168,12 @@ static void wait_requested(fake_stream_t *f)
         sched_yield();
 }
 
-/* Runs one unary call; returns the steps it submitted. */
-static uint64_t unary_call(const echod_dispatcher_t *d, fake_stream_t *f, const char *path)
+/* A new stream on this thread for path whose HEADERS passed, admitted as the transport would. */
+static void fake_begin(fake_stream_t *f, const echod_dispatcher_t *d, const char *path, int closed_step_on_close)
 {
-    const echod_config_t *cfg = d->cfg;
-    uint64_t s0 = steps_total();
     memset(f, 0, sizeof(*f));
     f->home = pthread_self();
+    f->closed_step_on_close = closed_step_on_close;
     echod_call_init(&f->call, &fake_ops, d);
     f->call.path = path;
     f->call.path_len = strlen(path);
@@ -182,6 +181,14 @@ static uint64_t unary_call(const echod_dispatcher_t *d, fake_stream_t *f, const 
     echod_work_t over = {0};
     CHECK(echod_call_admit(&f->call, &over, 0, &work_error) == ECHOD_ADMIT_ACCEPTED);
     free(work_error);
+}
+
+/* Runs one unary call; returns the steps it submitted. */
+static uint64_t unary_call(const echod_dispatcher_t *d, fake_stream_t *f, const char *path)
+{
+    const echod_config_t *cfg = d->cfg;
+    uint64_t s0 = steps_total();
+    fake_begin(f, d, path, 0);
 
     echod_call_t *call = &f->call;
     echod_call_retain(call); /* the pump holds the call while it submits */
@@ -270,15 +277,7 @@ static void test_reentrancy_queue(void)
     dispatcher_for(&cfg, &d, (const char *const[]){"executor.mode=direct", NULL});
     fake_stream_t *f = calloc(1, sizeof(*f));
     uint64_t s0 = steps_total();
-    memset(f, 0, sizeof(*f));
-    f->home = pthread_self();
-    echod_call_init(&f->call, &fake_ops, &d);
-    f->closed_step_on_close = 1;
-    f->call.path = unary.path;
-    f->call.path_len = strlen(unary.path);
-    char *work_error = NULL;
-    echod_work_t over = {0};
-    CHECK(echod_call_admit(&f->call, &over, 0, &work_error) == ECHOD_ADMIT_ACCEPTED);
+    fake_begin(f, &d, unary.path, 1);
     echod_call_t *call = &f->call;
     echod_call_retain(call);
     echod_call_submit(call, ECHOD_STEP_METHOD_LOOKUP, NULL);
@@ -337,13 +336,7 @@ static void test_unknown_method(void)
     echod_dispatcher_t d;
     dispatcher_for(&cfg, &d, (const char *const[]){"executor.mode=direct", NULL});
     fake_stream_t *f = calloc(1, sizeof(*f));
-    f->home = pthread_self();
-    echod_call_init(&f->call, &fake_ops, &d);
-    f->call.path = "/nope/Nope";
-    f->call.path_len = strlen(f->call.path);
-    char *work_error = NULL;
-    echod_work_t over = {0};
-    CHECK(echod_call_admit(&f->call, &over, 0, &work_error) == ECHOD_ADMIT_ACCEPTED);
+    fake_begin(f, &d, "/nope/Nope", 0);
     CHECK(f->call.method == NULL);
     echod_call_retain(&f->call);
     echod_call_submit(&f->call, ECHOD_STEP_METHOD_LOOKUP, NULL);
