@@ -75,7 +75,8 @@ struct echod_call {
         char *path; /* :path as received, for method_lookup */
         size_t path_len;
         struct {
-            unsigned method_seen : 1, is_post : 1, ct_seen : 1, ct_ok : 1, enc_unsupported : 1, timeout_bad : 1;
+            unsigned method_seen : 1, is_post : 1, ct_seen : 1, ct_ok : 1, enc_unsupported : 1, timeout_bad : 1,
+                enc_seen : 1;          /* grpc-encoding or grpc-accept-encoding present */
             echod_encoding_t encoding; /* grpc-encoding, when supported */
             unsigned accept;           /* grpc-accept-encoding as a set (echod_encoding_accept_parse) */
             uint64_t timeout_ns;       /* 0 = no grpc-timeout */

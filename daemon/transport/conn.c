@@ -475,8 +475,12 @@ static void submit_headers(echod_call_t *call, int with_data)
     nv[0] = (nghttp2_nv)NV(":status", "200");
     nv[1] = (nghttp2_nv)NV("content-type", "application/grpc");
     size_t n = 2;
-    /* grpc-encoding (grpc/codec.h): what the client may send, and what the messages are in */
-    nv[n++] = (nghttp2_nv)NV("grpc-accept-encoding", ECHOD_ACCEPT_ENCODING);
+    /* grpc-encoding (grpc/codec.h): what the client may send, to a client that speaks of
+     * encodings (HPACK costs a call ~550 instructions for it: not paid by one that does not) */
+    if (call->io.hdr.enc_seen)
+        nv[n++] = (nghttp2_nv){(uint8_t *)"grpc-accept-encoding", (uint8_t *)ECHOD_ACCEPT_ENCODING,
+                               sizeof("grpc-accept-encoding") - 1, sizeof(ECHOD_ACCEPT_ENCODING) - 1,
+                               NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE};
     if (with_data && call->out_encoding != ECHOD_ENCODING_IDENTITY)
         nv[n++] = (nghttp2_nv)NV("grpc-encoding", echod_encoding_name(call->out_encoding));
     char msg[512];
@@ -655,8 +659,10 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
         call->io.hdr.ct_seen = 1;
         call->io.hdr.ct_ok = content_type_ok(value, valuelen);
     } else if (header_is(name, namelen, "grpc-encoding")) {
+        call->io.hdr.enc_seen = 1;
         call->io.hdr.enc_unsupported = echod_encoding_parse((const char *)value, valuelen, &call->io.hdr.encoding) != 0;
     } else if (header_is(name, namelen, "grpc-accept-encoding")) {
+        call->io.hdr.enc_seen = 1;
         call->io.hdr.accept = echod_encoding_accept_parse((const char *)value, valuelen);
     } else if (header_is(name, namelen, "grpc-timeout")) {
         if (echod_grpc_timeout_parse((const char *)value, valuelen, &call->io.hdr.timeout_ns) != 0)
