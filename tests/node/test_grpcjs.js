@@ -125,6 +125,58 @@ test('metrics count the calls', async ({ daemon }) => {
     { grpc_method: 'BidirectionalStreamingEcho', grpc_code: 'OK' }), 1, 'bidi handled');
 });
 
+// grpc-encoding: grpc-js compresses every message once grpc.default_compression_algorithm is set
+// (1 deflate, 2 gzip) and keeps doing so while the server's grpc-accept-encoding lists it.
+for (const [name, algo] of [['deflate', 1], ['gzip', 2]]) {
+  test(`${name} compression on all four methods`, async ({ daemon }) => {
+    const Echo = loadEcho();
+    const c = new Echo(daemon.target, grpc.credentials.createInsecure(),
+      { 'grpc.default_compression_algorithm': algo });
+    const before = await daemon.metric('echod_grpc_encoding_messages_total',
+      { direction: 'received', encoding: name });
+    const big = `${name}-`.padEnd(3000, 'z');
+    try {
+      for (let i = 0; i < 2; i++) { // the second round runs after grpc-js saw grpc-accept-encoding
+        const u = await new Promise((resolve, reject) => {
+          c.UnaryEcho({ message: big }, { deadline: deadline(30) }, (e, r) => (e ? reject(e) : resolve(r)));
+        });
+        assertEqual(u.message, big, 'unary');
+        const ss = await new Promise((resolve, reject) => {
+          const out = [];
+          const call = c.ServerStreamingEcho({ message: big }, { deadline: deadline(30) });
+          call.on('data', (r) => out.push(r.message));
+          call.on('error', reject);
+          call.on('end', () => resolve(out));
+        });
+        assertEqual(ss, Array(10).fill(big), 'server streaming');
+        const cs = await new Promise((resolve, reject) => {
+          const call = c.ClientStreamingEcho({ deadline: deadline(30) }, (e, r) => (e ? reject(e) : resolve(r)));
+          for (const m of [big, 'b', big]) call.write({ message: m });
+          call.end();
+        });
+        assertEqual(cs.message, big + 'b' + big, 'client streaming');
+        const want = Array.from({ length: 100 }, (_, k) => `${big}-${k}`);
+        const bd = await new Promise((resolve, reject) => {
+          const out = [];
+          const call = c.BidirectionalStreamingEcho({ deadline: deadline(60) });
+          call.on('data', (r) => out.push(r.message));
+          call.on('error', reject);
+          call.on('end', () => resolve(out));
+          for (const m of want) call.write({ message: m });
+          call.end();
+        });
+        assertEqual(bd, want, 'bidi');
+      }
+    } finally {
+      c.close();
+    }
+    const after = await daemon.metric('echod_grpc_encoding_messages_total',
+      { direction: 'received', encoding: name });
+    // per round: 1 + 1 + 3 + 100 messages, all compressed
+    assertEqual(after - before, 2 * 105, `echod_grpc_encoding_messages_total{received,${name}}`);
+  });
+}
+
 async function main() {
   let passed = 0;
   let failed = 0;
