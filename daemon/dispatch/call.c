@@ -232,9 +232,9 @@ static void do_closed(echod_call_t *call)
         if (call->method->on_complete != NULL)
             call->method->on_complete(call);
     }
-    /* Freed by the thread that made it: zlib's ~300 KiB of deflate state freed from the loop
+    /* Freed by the thread that made it: zlib's ~270 KiB of deflate state freed from the loop
      * into a worker's malloc arena was trimmed and faulted back in (5.5 page faults per gzip
-     * call under `fixed`, 0.04 so). */
+     * call under `fixed`; fewer than half as many when freed here, docs/compression.md). */
     echod_codec_free(call->h.codec);
     call->h.codec = NULL;
 }

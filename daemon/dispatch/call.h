@@ -67,7 +67,7 @@ struct echod_call {
         void *state;          /* the method's own */
         char timing[96];      /* echod-timing value, filled by echod_call_close */
         int closed;           /* echod_call_close was called */
-        echod_codec_t *codec; /* made by the first message to inflate or deflate (grpc/codec.h) */
+        echod_codec_t *codec; /* made by the first message to inflate or deflate (grpc/codec.h); freed by `closed` */
     } h;
 
     struct {
