@@ -57,7 +57,7 @@ typedef enum {
 
 typedef struct {
     uint32_t max_message; /* payload bytes */
-    int allow_compressed; /* nonzero once a grpc-encoding is negotiated (not yet supported) */
+    int allow_compressed; /* nonzero when the call's grpc-encoding is gzip or deflate (grpc/codec.h inflates) */
     uint8_t prefix[ECHOD_GRPC_PREFIX];
     size_t prefix_have;
     echod_msg_t *cur; /* message being filled, after its prefix was read */
