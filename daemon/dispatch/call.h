@@ -18,6 +18,7 @@
 #include "config/config.h"
 #include "dispatch/serializer.h"
 #include "dispatch/step.h"
+#include "grpc/codec.h"
 #include "grpc/deframe.h"
 #include "grpc/status.h"
 #include "services/registry.h"
@@ -50,6 +51,9 @@ struct echod_call {
     int final_code; /* the status the call ended with: written by the loop before `closed` */
     /* Synthetic work for this call: resolved on the loop when HEADERS completes, read-only after. */
     echod_work_t work;
+    /* grpc-encoding of the request and of the response: resolved on the loop when HEADERS
+     * completes, read-only after (the first step is submitted after it) */
+    echod_encoding_t in_encoding, out_encoding;
     char *work_error;           /* "echod-cpu-us: ..." when a work header was malformed: INVALID_ARGUMENT */
     unsigned admitted : 1;      /* counted against limits.max_calls_in_flight */
     atomic_int handler_started; /* start_call ran: a deadline after this was not "expired in queue" */
@@ -60,9 +64,10 @@ struct echod_call {
     echod_serializer_t serializer;
 
     struct {
-        void *state;     /* the method's own */
-        char timing[96]; /* echod-timing value, filled by echod_call_close */
-        int closed;      /* echod_call_close was called */
+        void *state;          /* the method's own */
+        char timing[96];      /* echod-timing value, filled by echod_call_close */
+        int closed;           /* echod_call_close was called */
+        echod_codec_t *codec; /* made by the first message to inflate or deflate (grpc/codec.h); freed by `closed` */
     } h;
 
     struct {
@@ -70,10 +75,13 @@ struct echod_call {
         char *path; /* :path as received, for method_lookup */
         size_t path_len;
         struct {
-            unsigned method_seen : 1, is_post : 1, ct_seen : 1, ct_ok : 1, enc_unsupported : 1, timeout_bad : 1;
-            uint64_t timeout_ns; /* 0 = no grpc-timeout */
-            echod_work_t work;   /* echod-* overrides, valid where `work_set` has the bit */
-            unsigned work_set;   /* 1 << ECHOD_WORK_* */
+            unsigned method_seen : 1, is_post : 1, ct_seen : 1, ct_ok : 1, enc_unsupported : 1, timeout_bad : 1,
+                enc_seen : 1;          /* grpc-encoding or grpc-accept-encoding present */
+            echod_encoding_t encoding; /* grpc-encoding, when supported */
+            unsigned accept;           /* grpc-accept-encoding as a set (echod_encoding_accept_parse) */
+            uint64_t timeout_ns;       /* 0 = no grpc-timeout */
+            echod_work_t work;         /* echod-* overrides, valid where `work_set` has the bit */
+            unsigned work_set;         /* 1 << ECHOD_WORK_* */
             char *work_error;
             char *meta; /* custom request metadata, "name\0value\0" pairs, for echo_metadata */
             size_t meta_len, meta_count;

@@ -469,12 +469,20 @@ static void submit_headers(echod_call_t *call, int with_data)
 {
     echod_conn_t *conn = call->conn;
     size_t echoed = call->work.echo_metadata ? call->io.hdr.meta_count : 0;
-    nghttp2_nv fixed[5], *nv = echoed != 0 ? malloc((5 + echoed) * sizeof(*nv)) : fixed;
+    nghttp2_nv fixed[7], *nv = echoed != 0 ? malloc((7 + echoed) * sizeof(*nv)) : fixed;
     if (nv == NULL)
         nv = fixed, echoed = 0;
     nv[0] = (nghttp2_nv)NV(":status", "200");
     nv[1] = (nghttp2_nv)NV("content-type", "application/grpc");
     size_t n = 2;
+    /* grpc-encoding (grpc/codec.h): what the client may send, to a client that speaks of
+     * encodings (HPACK costs a call ~550 instructions for it: not paid by one that does not) */
+    if (call->io.hdr.enc_seen)
+        nv[n++] = (nghttp2_nv){(uint8_t *)"grpc-accept-encoding", (uint8_t *)ECHOD_ACCEPT_ENCODING,
+                               sizeof("grpc-accept-encoding") - 1, sizeof(ECHOD_ACCEPT_ENCODING) - 1,
+                               NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE};
+    if (with_data && call->out_encoding != ECHOD_ENCODING_IDENTITY)
+        nv[n++] = (nghttp2_nv)NV("grpc-encoding", echod_encoding_name(call->out_encoding));
     char msg[512];
     if (!with_data)
         status_nv(call, nv, &n, msg, sizeof(msg));
@@ -651,7 +659,11 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
         call->io.hdr.ct_seen = 1;
         call->io.hdr.ct_ok = content_type_ok(value, valuelen);
     } else if (header_is(name, namelen, "grpc-encoding")) {
-        call->io.hdr.enc_unsupported = !header_is(value, valuelen, "identity");
+        call->io.hdr.enc_seen = 1;
+        call->io.hdr.enc_unsupported = echod_encoding_parse((const char *)value, valuelen, &call->io.hdr.encoding) != 0;
+    } else if (header_is(name, namelen, "grpc-accept-encoding")) {
+        call->io.hdr.enc_seen = 1;
+        call->io.hdr.accept = echod_encoding_accept_parse((const char *)value, valuelen);
     } else if (header_is(name, namelen, "grpc-timeout")) {
         if (echod_grpc_timeout_parse((const char *)value, valuelen, &call->io.hdr.timeout_ns) != 0)
             call->io.hdr.timeout_bad = 1;
@@ -700,10 +712,11 @@ static void request_headers_done(echod_call_t *call)
         return;
     }
     if (call->io.hdr.enc_unsupported) {
-        static const nghttp2_nv accept = NV("grpc-accept-encoding", "identity");
+        static const nghttp2_nv accept = NV("grpc-accept-encoding", ECHOD_ACCEPT_ENCODING);
         nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
                            NV("grpc-status", status_code_str(ECHOD_UNIMPLEMENTED)),
-                           NV("grpc-message", "Unsupported grpc-encoding: only identity is supported"), accept};
+                           NV("grpc-message", "Unsupported grpc-encoding: supported are " ECHOD_ACCEPT_ENCODING),
+                           accept};
         call->io.rejected = 1;
         call->io.headers_sent = 1;
         call->io.trailers_queued = 1;
@@ -711,6 +724,11 @@ static void request_headers_done(echod_call_t *call)
         nghttp2_submit_response(conn->ngh, call->io.stream_id, nv, sizeof(nv) / sizeof(nv[0]), NULL);
         return;
     }
+    /* grpc-encoding: compressed messages pass the deframer, and the messages step inflates them */
+    call->in_encoding = call->io.hdr.encoding;
+    call->out_encoding = echod_encoding_respond(conn->loop->server->cfg->transport.compression.respond,
+                                                call->in_encoding, call->io.hdr.accept);
+    call->io.deframer.allow_compressed = call->in_encoding != ECHOD_ENCODING_IDENTITY;
     if (call->io.path == NULL) {
         call->io.path = strdup("");
         call->io.path_len = 0;
