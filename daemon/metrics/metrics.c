@@ -597,6 +597,9 @@ static void render_calls(mbuf_t *b)
            "Request header blocks over transport.max_header_list_bytes (the stream is reset).");
     mbuf_printf(b, "echod_header_lists_too_large_total %" PRIu64 "\n", load(&echod_metrics.header_lists_too_large));
     render_encodings(b);
+    family(b, "echod_streams_refused_total", "counter",
+           "Streams refused with RST_STREAM(REFUSED_STREAM): above transport.max_concurrent_streams.");
+    mbuf_printf(b, "echod_streams_refused_total %" PRIu64 "\n", load(&echod_metrics.streams_refused));
     family(b, "echod_drain_streams_total", "counter",
            "Streams open when shutdown began, and how they ended (finished on their own, or cut at drain_timeout).");
     mbuf_printf(b, "echod_drain_streams_total{state=\"open\"} %" PRIu64 "\n", load(&echod_metrics.drain_streams_open));

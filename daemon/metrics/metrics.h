@@ -140,9 +140,10 @@ typedef struct {
     _Atomic uint64_t header_lists_too_large;
     echod_encoding_metrics_t encodings[ECHOD_DIRECTION__COUNT][ECHOD_ENCODING__COUNT];
     _Atomic uint64_t inflate_failures[ECHOD_INFLATE_NO_MEMORY + 1]; /* by echod_inflate_status_t (OK unused) */
-    _Atomic uint64_t drain_streams_open;                            /* open when shutdown began */
-    _Atomic uint64_t drain_streams_finished;                        /* of those, ended on their own */
-    _Atomic uint64_t drain_streams_cut; /* of those, ended with UNAVAILABLE at drain_timeout */
+    _Atomic uint64_t streams_refused;        /* RST_STREAM(REFUSED_STREAM) sent: above max_concurrent_streams */
+    _Atomic uint64_t drain_streams_open;     /* open when shutdown began */
+    _Atomic uint64_t drain_streams_finished; /* of those, ended on their own */
+    _Atomic uint64_t drain_streams_cut;      /* of those, ended with UNAVAILABLE at drain_timeout */
     echod_method_metrics_t methods[ECHOD_METRICS_MAX_METHODS];
     _Atomic size_t nmethods;
     echod_exec_metrics_t execs[ECHOD_METRICS_MAX_EXECUTORS];
