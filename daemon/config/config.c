@@ -71,6 +71,7 @@ _Static_assert(offsetof(echod_method_work_t, method) == 0, "per_method items sta
 
 static const char *const exec_mode_names[] = {"direct", "fixed", "cached", "workstealing", NULL};
 static const char *const flush_names[] = {"loop_tail", "read_complete", "immediate", NULL};
+static const char *const respond_names[] = {"request", "identity", "gzip", "deflate", NULL};
 static const char *const serialize_names[] = {"auto", "always", NULL};
 static const char *const sched_policy_names[] = {"other", "batch", NULL};
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
@@ -156,6 +157,13 @@ static const key_def_t io_keys[] = {
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
+static const key_def_t compression_keys[] = {
+    {"respond", KEY_ENUM, FIELD(echod_config_t, transport.compression.respond), 0, 0, respond_names, NULL, NULL},
+    {"level", KEY_UINT, FIELD(echod_config_t, transport.compression.level), 1, 9, NULL, NULL, NULL},
+    {"min_bytes", KEY_UINT, FIELD(echod_config_t, transport.compression.min_bytes), 0, INT31_MAX, NULL, NULL, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+
 static const key_def_t transport_keys[] = {
     {"max_concurrent_streams", KEY_UINT, FIELD(echod_config_t, transport.max_concurrent_streams), 1, INT31_MAX, NULL,
      NULL, NULL},
@@ -178,6 +186,7 @@ static const key_def_t transport_keys[] = {
      NULL, NULL, NULL},
     {"max_connection_age_grace", KEY_DURATION, FIELD(echod_config_t, transport.max_connection_age_grace_ms), 0,
      MAX_DURATION_MS, NULL, NULL, NULL},
+    {"compression", KEY_SECTION, 0, 0, 0, 0, NULL, compression_keys, NULL},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
@@ -1140,6 +1149,9 @@ void echod_config_init(echod_config_t *cfg)
     cfg->transport.idle_timeout_ms = 0;
     cfg->transport.max_connection_age_ms = 0;
     cfg->transport.max_connection_age_grace_ms = 0;
+    cfg->transport.compression.respond = ECHOD_RESPOND_REQUEST;
+    cfg->transport.compression.level = 6;
+    cfg->transport.compression.min_bytes = 0;
     cfg->limits.max_calls_in_flight = 0;
     cfg->limits.max_connections = 0;
     exec_defaults(&cfg->executor);

@@ -58,6 +58,14 @@ typedef enum { ECHOD_SERIALIZE_AUTO = 0, ECHOD_SERIALIZE_ALWAYS } echod_serializ
  * woken thread does not preempt the running one (a hand-off waits for the waker to block). */
 typedef enum { ECHOD_SCHED_OTHER = 0, ECHOD_SCHED_BATCH } echod_sched_policy_t;
 typedef enum { ECHOD_FLUSH_LOOP_TAIL = 0, ECHOD_FLUSH_READ_COMPLETE, ECHOD_FLUSH_IMMEDIATE } echod_flush_t;
+/* transport.compression.respond: the response's grpc-encoding (a fixed one only when the client's
+ * grpc-accept-encoding lists it, else identity) */
+typedef enum {
+    ECHOD_RESPOND_REQUEST = 0, /* the request's encoding */
+    ECHOD_RESPOND_IDENTITY,
+    ECHOD_RESPOND_GZIP,
+    ECHOD_RESPOND_DEFLATE
+} echod_compression_respond_t;
 
 typedef struct echod_config {
     char *arm; /* free-form name, shown in logs and metrics */
@@ -86,6 +94,11 @@ typedef struct echod_config {
         uint32_t max_resets_per_second;       /* client RST_STREAMs/s per connection before GOAWAY
                                                  (ENHANCE_YOUR_CALM); 0 = no limit; default 1000 */
         uint32_t max_header_list_bytes;       /* request header block limit; default 16 KiB */
+        struct {
+            echod_compression_respond_t respond; /* default request */
+            unsigned level;                      /* zlib's 1..9; default 6 */
+            uint32_t min_bytes;                  /* smaller responses go uncompressed (flag 0); default 0 */
+        } compression;
     } transport;
     struct {
         uint32_t max_calls_in_flight; /* 0 = unlimited; above it new calls get RESOURCE_EXHAUSTED */

@@ -42,6 +42,7 @@ void echod_call_release(echod_call_t *call)
 {
     if (atomic_fetch_sub_explicit(&call->refs, 1, memory_order_acq_rel) != 1)
         return;
+    echod_codec_free(call->h.codec);
     free(call->work_error);
     if (call->admitted)
         echod_metrics_add_admitted(-1);
@@ -145,12 +146,85 @@ static int handler_live(echod_call_t *call)
     return call->method != NULL && !call->h.closed && !echod_call_is_cancelled(call);
 }
 
+/* --- grpc-encoding (grpc/codec.h): inflate requests, compress responses, inside steps --- */
+
+static void count_encoding(echod_direction_t dir, echod_encoding_t enc, uint32_t wire, uint32_t payload)
+{
+    echod_encoding_metrics_t *em = &echod_metrics.encodings[dir][enc];
+    ECHOD_COUNT(em->messages);
+    ECHOD_ADD(em->wire_bytes, wire);
+    if (enc != ECHOD_ENCODING_IDENTITY)
+        ECHOD_ADD(em->payload_bytes, payload);
+}
+
+static int codec_ready(echod_call_t *call)
+{
+    if (call->h.codec == NULL)
+        call->h.codec = echod_codec_new(call->in_encoding, call->out_encoding,
+                                        (int)call->dispatcher->cfg->transport.compression.level);
+    return call->h.codec != NULL;
+}
+
+/*
+ * Inflated here, in the messages step, on whichever thread runs it: grpc-java's server deframes
+ * on the transport thread but inflates lazily as messagesAvailable parses the request on the
+ * call's executor, so a pool arm pays decompression on a worker in both (docs/compression.md).
+ * NULL when the call was ended instead (too large, corrupt, truncated).
+ */
+static echod_msg_t *call_inflate(echod_call_t *call, echod_msg_t *msg)
+{
+    uint32_t max = call->dispatcher->cfg->transport.max_receive_message_bytes;
+    echod_msg_t *out = NULL;
+    echod_inflate_status_t st =
+        codec_ready(call) ? echod_codec_inflate(call->h.codec, msg, max, &out) : ECHOD_INFLATE_NO_MEMORY;
+    if (st == ECHOD_INFLATE_OK)
+        count_encoding(ECHOD_DIRECTION_RECEIVED, call->in_encoding, msg->len, out->len);
+    echod_msg_free(msg);
+    if (st == ECHOD_INFLATE_OK)
+        return out;
+    ECHOD_COUNT(echod_metrics.inflate_failures[st]);
+    char text[160];
+    const char *enc = echod_encoding_name(call->in_encoding);
+    int code = ECHOD_INTERNAL;
+    if (st == ECHOD_INFLATE_TOO_LARGE || st == ECHOD_INFLATE_NO_MEMORY) {
+        code = ECHOD_RESOURCE_EXHAUSTED;
+        snprintf(text, sizeof(text), "Decompressed %s message larger than max (%u bytes)%s", enc, max,
+                 st == ECHOD_INFLATE_NO_MEMORY ? ": out of memory" : "");
+    } else {
+        snprintf(text, sizeof(text), "Could not decompress %s message: %s", enc, echod_inflate_status_str(st));
+    }
+    atomic_store_explicit(&call->cancelled, 1, memory_order_release);
+    echod_call_close(call, code, text);
+    return NULL;
+}
+
+/* The response's encoding; below min_bytes, or when zlib fails, a message goes as identity
+ * (flag 0), which gRPC allows per message. Runs on the thread that sends, as grpc-java's
+ * MessageFramer compresses in sendMessage. */
+static echod_msg_t *call_encode(echod_call_t *call, echod_msg_t *msg)
+{
+    echod_msg_t *out;
+    if (call->out_encoding == ECHOD_ENCODING_IDENTITY ||
+        msg->len < call->dispatcher->cfg->transport.compression.min_bytes || !codec_ready(call) ||
+        (out = echod_codec_deflate(call->h.codec, msg)) == NULL) {
+        count_encoding(ECHOD_DIRECTION_SENT, ECHOD_ENCODING_IDENTITY, msg->len, msg->len);
+        return msg;
+    }
+    count_encoding(ECHOD_DIRECTION_SENT, call->out_encoding, out->len, msg->len);
+    echod_msg_free(msg);
+    return out;
+}
+
 static void do_message(echod_call_t *call, echod_msg_t *msg)
 {
     if (!handler_live(call)) {
         echod_msg_free(msg);
         return;
     }
+    if ((msg->frame[0] & 1) == 0)
+        count_encoding(ECHOD_DIRECTION_RECEIVED, ECHOD_ENCODING_IDENTITY, msg->len, msg->len);
+    else if ((msg = call_inflate(call, msg)) == NULL)
+        return;
     echod_method_metrics_t *mm = &echod_metrics.methods[call->method->metrics_index];
     ECHOD_COUNT(mm->msg_received);
     /* clock reads are a visible share of a call: share them with the step's (timing on) */
@@ -177,6 +251,11 @@ static void do_closed(echod_call_t *call)
         if (call->method->on_complete != NULL)
             call->method->on_complete(call);
     }
+    /* Freed by the thread that made it: zlib's ~270 KiB of deflate state freed from the loop
+     * into a worker's malloc arena was trimmed and faulted back in (5.5 page faults per gzip
+     * call under `fixed`; fewer than half as many when freed here, docs/compression.md). */
+    echod_codec_free(call->h.codec);
+    call->h.codec = NULL;
 }
 
 static void run_step(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *msg);
@@ -314,6 +393,7 @@ void echod_call_send(echod_call_t *call, echod_msg_t *msg)
         return;
     }
     ECHOD_COUNT(echod_metrics.methods[call->method->metrics_index].msg_sent);
+    msg = call_encode(call, msg);
     atomic_fetch_add_explicit(&call->out_bytes, echod_msg_frame_len(msg), memory_order_acq_rel);
     call->ops->send(call, msg);
 }

@@ -23,6 +23,7 @@
 #include "dispatch/method.h"
 #include "dispatch/serializer.h"
 #include "dispatch/step.h"
+#include "grpc/codec.h"
 #include "grpc/deframe.h"
 #include "grpc/status.h"
 
@@ -76,6 +77,9 @@ struct echod_call {
     int final_code; /* the status the call ended with: written by the transport before `closed` */
     /* Synthetic work for this call: resolved by echod_call_admit, read-only after. */
     echod_work_t work;
+    /* grpc-encoding of the request and of the response: set by the transport when HEADERS
+     * completes, read-only after (the first step is submitted after it) */
+    echod_encoding_t in_encoding, out_encoding;
     char *work_error;           /* "echod-cpu-us: ..." when a work header was malformed: INVALID_ARGUMENT */
     int looked_up;              /* echod_call_admit ran the method lookup */
     int admitted;               /* counted against limits.max_calls_in_flight */
@@ -94,10 +98,11 @@ struct echod_call {
     echod_serializer_t serializer;
 
     struct {
-        void *state;       /* the method's own */
-        echod_msg_t *held; /* an adapter's: the request until half-close, or a reply until on_ready */
-        char timing[96];   /* echod-timing value, filled by echod_call_close */
-        int closed;        /* echod_call_close was called */
+        void *state;          /* the method's own */
+        echod_msg_t *held;    /* an adapter's: the request until half-close, or a reply until on_ready */
+        char timing[96];      /* echod-timing value, filled by echod_call_close */
+        int closed;           /* echod_call_close was called */
+        echod_codec_t *codec; /* made by the first message to inflate or deflate (grpc/codec.h); freed by `closed` */
     } h;
 };
 

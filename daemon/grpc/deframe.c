@@ -42,6 +42,20 @@ echod_msg_t *echod_msg_new(uint32_t len)
     return msg;
 }
 
+echod_msg_t *echod_msg_try_new(uint32_t len)
+{
+    echod_msg_t *msg = deframe_alloc(len);
+    if (msg != NULL)
+        deframe_write_prefix(msg->frame, 0, len);
+    return msg;
+}
+
+void echod_msg_set_prefix(echod_msg_t *msg, uint8_t flag, uint32_t len)
+{
+    msg->len = len;
+    deframe_write_prefix(msg->frame, flag, len);
+}
+
 echod_msg_t *echod_msg_from(const void *data, size_t len)
 {
 #if SIZE_MAX > UINT32_MAX

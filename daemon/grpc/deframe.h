@@ -31,6 +31,10 @@ struct echod_msg {
  * For handlers: out of memory aborts, as for every per-call allocation outside the deframer
  * (which turns a message it cannot hold into RESOURCE_EXHAUSTED). */
 echod_msg_t *echod_msg_new(uint32_t len);
+/* Like echod_msg_new, but NULL when out of memory: for the inflater, which turns that into a status. */
+echod_msg_t *echod_msg_try_new(uint32_t len);
+/* Rewrites the 5-byte prefix (flag, length) and msg->len: a message may shrink in place, never grow. */
+void echod_msg_set_prefix(echod_msg_t *msg, uint8_t flag, uint32_t len);
 /* A copy of data as an uncompressed message; NULL when len does not fit a gRPC frame (4 GiB). */
 echod_msg_t *echod_msg_from(const void *data, size_t len);
 /* Any thread; NULL is a no-op. */
@@ -53,7 +57,7 @@ typedef enum {
 
 typedef struct {
     uint32_t max_message; /* payload bytes */
-    int allow_compressed; /* nonzero once a grpc-encoding is negotiated (not yet supported) */
+    int allow_compressed; /* nonzero when the call's grpc-encoding is gzip or deflate (grpc/codec.h inflates) */
     uint8_t prefix[ECHOD_GRPC_PREFIX];
     size_t prefix_have;
     echod_msg_t *cur; /* message being filled, after its prefix was read */

@@ -533,6 +533,42 @@ Exit:
         free(labels[i].base);
 }
 
+static void render_encodings(mbuf_t *b)
+{
+    static const char *const dirs[ECHOD_DIRECTION__COUNT] = {"received", "sent"};
+    static const char *const failures[] = {"ok", "too_large", "corrupt", "truncated", "no_memory"};
+    _Static_assert(sizeof(failures) / sizeof(failures[0]) == ECHOD_INFLATE_NO_MEMORY + 1, "one name per status");
+    family(b, "echod_grpc_encoding_messages_total", "counter",
+           "gRPC messages by direction and grpc-encoding on the wire (an uncompressed message is identity).");
+    for (int d = 0; d < ECHOD_DIRECTION__COUNT; d++)
+        for (int e = 0; e < ECHOD_ENCODING__COUNT; e++)
+            mbuf_printf(b, "echod_grpc_encoding_messages_total{direction=\"%s\",encoding=\"%s\"} %" PRIu64 "\n",
+                        dirs[d], echod_encoding_name((echod_encoding_t)e),
+                        load(&echod_metrics.encodings[d][e].messages));
+    family(b, "echod_grpc_encoding_bytes_total", "counter",
+           "gRPC message payload bytes by direction and encoding, on the wire (compressed) and decompressed.");
+    for (int d = 0; d < ECHOD_DIRECTION__COUNT; d++) {
+        for (int e = 0; e < ECHOD_ENCODING__COUNT; e++) {
+            const echod_encoding_metrics_t *m = &echod_metrics.encodings[d][e];
+            uint64_t wire = load(&m->wire_bytes);
+            mbuf_printf(b,
+                        "echod_grpc_encoding_bytes_total{direction=\"%s\",encoding=\"%s\",form=\"wire\"} %" PRIu64 "\n",
+                        dirs[d], echod_encoding_name((echod_encoding_t)e), wire);
+            mbuf_printf(
+                b,
+                "echod_grpc_encoding_bytes_total{direction=\"%s\",encoding=\"%s\",form=\"decompressed\"} %" PRIu64 "\n",
+                dirs[d], echod_encoding_name((echod_encoding_t)e),
+                e == ECHOD_ENCODING_IDENTITY ? wire : load(&m->payload_bytes));
+        }
+    }
+    family(
+        b, "echod_grpc_inflate_failures_total", "counter",
+        "Compressed request messages that failed to inflate, by reason (too_large: over max_receive_message_bytes).");
+    for (int i = ECHOD_INFLATE_TOO_LARGE; i <= ECHOD_INFLATE_NO_MEMORY; i++)
+        mbuf_printf(b, "echod_grpc_inflate_failures_total{reason=\"%s\"} %" PRIu64 "\n", failures[i],
+                    load(&echod_metrics.inflate_failures[i]));
+}
+
 static void render_calls(mbuf_t *b)
 {
     family(b, "echod_calls_in_flight", "gauge", "Calls started and not yet closed.");
@@ -562,6 +598,10 @@ static void render_calls(mbuf_t *b)
     family(b, "echod_header_lists_too_large_total", "counter",
            "Request header blocks over transport.max_header_list_bytes (the stream is reset).");
     mbuf_printf(b, "echod_header_lists_too_large_total %" PRIu64 "\n", load(&echod_metrics.header_lists_too_large));
+    render_encodings(b);
+    family(b, "echod_streams_refused_total", "counter",
+           "Streams refused with RST_STREAM(REFUSED_STREAM): above transport.max_concurrent_streams.");
+    mbuf_printf(b, "echod_streams_refused_total %" PRIu64 "\n", load(&echod_metrics.streams_refused));
     family(b, "echod_drain_streams_total", "counter",
            "Streams open when shutdown began, and how they ended (finished on their own, or cut at drain_timeout).");
     mbuf_printf(b, "echod_drain_streams_total{state=\"open\"} %" PRIu64 "\n", load(&echod_metrics.drain_streams_open));

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include "config/config.h"
 #include "dispatch/step.h"
+#include "grpc/codec.h"
 #include "transport/events.h"
 
 typedef enum {
@@ -86,6 +87,16 @@ typedef struct {
     _Atomic uint64_t body_bytes_out;
 } echod_rest_metrics_t;
 
+typedef enum { ECHOD_DIRECTION_RECEIVED = 0, ECHOD_DIRECTION_SENT, ECHOD_DIRECTION__COUNT } echod_direction_t;
+
+/* gRPC messages by direction and by their encoding on the wire (flag 0 counts as identity, even
+ * on a call with a grpc-encoding: min_bytes sends small ones uncompressed). */
+typedef struct {
+    _Atomic uint64_t messages;
+    _Atomic uint64_t wire_bytes;    /* payload bytes as framed: compressed for gzip and deflate */
+    _Atomic uint64_t payload_bytes; /* decompressed; identity's is its wire_bytes (not counted twice) */
+} echod_encoding_metrics_t;
+
 typedef struct {
     _Atomic uint64_t steps[ECHOD_STEP__COUNT];
     _Atomic uint64_t inline_runs;
@@ -105,6 +116,9 @@ typedef struct {
     _Atomic uint64_t goaways_sent;
     _Atomic uint64_t connections_closed[ECHOD_CLOSE__COUNT]; /* by the server's own guards */
     _Atomic uint64_t header_lists_too_large;
+    echod_encoding_metrics_t encodings[ECHOD_DIRECTION__COUNT][ECHOD_ENCODING__COUNT];
+    _Atomic uint64_t inflate_failures[ECHOD_INFLATE_NO_MEMORY + 1]; /* by echod_inflate_status_t (OK unused) */
+    _Atomic uint64_t streams_refused;        /* RST_STREAM(REFUSED_STREAM) sent: above max_concurrent_streams */
     _Atomic uint64_t drain_streams_open;     /* open when shutdown began */
     _Atomic uint64_t drain_streams_finished; /* of those, ended on their own */
     _Atomic uint64_t drain_streams_cut;      /* of those, ended with UNAVAILABLE at drain_timeout */

@@ -5,6 +5,7 @@
 #include <nghttp2/nghttp2.h>
 #include "transport/conn.h"
 #include "transport/stream.h"
+#include "transport/stream_ids.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -31,7 +32,8 @@ struct echod_conn {
     h2o_timeout_entry_t age_entry;          /* max_connection_age, then its grace */
     uint64_t reset_budget, reset_budget_ms; /* RST_STREAMs the peer may still send, in 1/1000ths; refilled then */
     echod_conn_t *next_batch_dirty;
-    size_t frames; /* sent since the last counted flush */
+    size_t frames;                 /* sent since the last counted flush */
+    echod_stream_ids_t stream_ids; /* client stream ids used: RFC 9113 5.1.1 (on_begin_frame) */
     unsigned in_recv : 1, processing : 1, closed : 1, goaway_notice : 1, goaway_final : 1, immediate_due : 1,
         batch_dirty : 1, established : 1, aged : 1, terminated : 1;
 };
@@ -418,6 +420,24 @@ static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const ui
     return 0;
 }
 
+/*
+ * RFC 9113 5.1.1: a HEADERS frame on a client stream id that was skipped (below the highest one
+ * used, never opened) is a connection error PROTOCOL_ERROR. nghttp2 ignores it, as it ignores
+ * frames on the closed streams it forgot (no_closed_streams); the failure makes
+ * nghttp2_session_mem_recv fail, and on_read_held sends GOAWAY(PROTOCOL_ERROR).
+ */
+static int on_begin_frame(nghttp2_session *session, const nghttp2_frame_hd *hd, void *user_data)
+{
+    (void)session;
+    echod_conn_t *conn = user_data;
+    if (hd->type != NGHTTP2_HEADERS || (hd->stream_id & 1) == 0)
+        return 0;
+    if (echod_stream_ids_headers(&conn->stream_ids, hd->stream_id) != ECHOD_STREAM_ID_SKIPPED)
+        return 0;
+    echod_debug("connection: HEADERS on stream %d, skipped below %d", hd->stream_id, conn->stream_ids.last);
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
 {
     echod_conn_t *conn = user_data;
@@ -496,6 +516,10 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
 {
     echod_conn_t *conn = user_data;
     conn->frames++;
+    /* nghttp2 refuses a stream above the max_concurrent_streams we advertised from the start
+     * (before the peer acks our SETTINGS), without a callback: its RST_STREAM is what counts */
+    if (frame->hd.type == NGHTTP2_RST_STREAM && frame->rst_stream.error_code == NGHTTP2_REFUSED_STREAM)
+        ECHOD_COUNT(echod_metrics.streams_refused);
     if (frame->hd.type == NGHTTP2_GOAWAY) {
         ECHOD_COUNT(echod_metrics.goaways_sent);
         if (frame->goaway.last_stream_id == INT32_MAX && !conn->goaway_final)
@@ -695,6 +719,7 @@ static int session_start(echod_conn_t *conn)
         return -1;
     nghttp2_session_callbacks_set_send_callback(cbs, send_cb);
     nghttp2_session_callbacks_set_send_data_callback(cbs, send_data_cb);
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, on_begin_frame);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cbs, echod_stream_on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
@@ -710,7 +735,9 @@ static int session_start(echod_conn_t *conn)
     nghttp2_option_set_stream_reset_rate_limit(opt, resets, resets);
     nghttp2_option_set_max_continuations(opt, 8);
     /* closed streams are kept only to anchor RFC 7540 priorities, which gRPC clients do not send
-     * (RFC 9113 drops them): -206 instructions per unary call */
+     * (RFC 9113 drops them): -200 instructions per unary call, and up to max_concurrent_streams
+     * kept streams (~350 bytes each) per connection; frames on a closed stream are then ignored,
+     * not answered STREAM_CLOSED (docs/http2-conformance.md has the figures) */
     nghttp2_option_set_no_closed_streams(opt, 1);
     nghttp2_mem mem = {&conn->loop->pool, pool_malloc, pool_free, pool_calloc, pool_realloc};
     int rv = nghttp2_session_server_new3(&conn->ngh, cbs, conn, opt, &mem);

@@ -145,10 +145,18 @@ void echod_stream_copy_data(echod_stream_t *s, uint8_t *dst, size_t length)
 static void submit_headers(echod_stream_t *s, int with_data)
 {
     size_t echoed = s->call.work.echo_metadata ? s->hdr.meta_count : 0;
-    nghttp2_nv fixed[5], *nv = echoed != 0 ? echod_must(malloc((5 + echoed) * sizeof(*nv)), "echoed metadata") : fixed;
+    nghttp2_nv fixed[7], *nv = echoed != 0 ? echod_must(malloc((7 + echoed) * sizeof(*nv)), "echoed metadata") : fixed;
     nv[0] = (nghttp2_nv)NV(":status", "200");
     nv[1] = (nghttp2_nv)NV("content-type", "application/grpc");
     size_t n = 2;
+    /* grpc-encoding (grpc/codec.h): what the client may send, to a client that speaks of
+     * encodings (HPACK costs a call ~550 instructions for it: not paid by one that does not) */
+    if (s->hdr.enc_seen)
+        nv[n++] = (nghttp2_nv){(uint8_t *)"grpc-accept-encoding", (uint8_t *)ECHOD_ACCEPT_ENCODING,
+                               sizeof("grpc-accept-encoding") - 1, sizeof(ECHOD_ACCEPT_ENCODING) - 1,
+                               NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE};
+    if (with_data && s->call.out_encoding != ECHOD_ENCODING_IDENTITY)
+        nv[n++] = (nghttp2_nv)NV("grpc-encoding", echod_encoding_name(s->call.out_encoding));
     char msg[512];
     if (!with_data)
         status_nv(s, nv, &n, msg, sizeof(msg));
@@ -331,7 +339,11 @@ int echod_stream_on_header(nghttp2_session *session, const nghttp2_frame *frame,
         s->hdr.ct_seen = 1;
         s->hdr.ct_ok = content_type_ok(value, valuelen);
     } else if (header_is(name, namelen, "grpc-encoding")) {
-        s->hdr.enc_unsupported = !header_is(value, valuelen, "identity");
+        s->hdr.enc_seen = 1;
+        s->hdr.enc_unsupported = echod_encoding_parse((const char *)value, valuelen, &s->hdr.encoding) != 0;
+    } else if (header_is(name, namelen, "grpc-accept-encoding")) {
+        s->hdr.enc_seen = 1;
+        s->hdr.accept = echod_encoding_accept_parse((const char *)value, valuelen);
     } else if (header_is(name, namelen, "grpc-timeout")) {
         if (echod_grpc_timeout_parse((const char *)value, valuelen, &s->hdr.timeout_ns) != 0)
             s->hdr.timeout_bad = 1;
@@ -381,13 +393,19 @@ void echod_stream_headers_done(echod_stream_t *s)
         return;
     }
     if (s->hdr.enc_unsupported) {
-        static const nghttp2_nv accept = NV("grpc-accept-encoding", "identity");
+        static const nghttp2_nv accept = NV("grpc-accept-encoding", ECHOD_ACCEPT_ENCODING);
         nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
                            NV("grpc-status", status_code_str(ECHOD_UNIMPLEMENTED)),
-                           NV("grpc-message", "Unsupported grpc-encoding: only identity is supported"), accept};
+                           NV("grpc-message", "Unsupported grpc-encoding: supported are " ECHOD_ACCEPT_ENCODING),
+                           accept};
         reject(s, ECHOD_UNIMPLEMENTED, nv, sizeof(nv) / sizeof(nv[0]));
         return;
     }
+    /* grpc-encoding: compressed messages pass the deframer, and the messages step inflates them */
+    s->call.in_encoding = s->hdr.encoding;
+    s->call.out_encoding =
+        echod_encoding_respond(s->loop->server->cfg->transport.compression.respond, s->call.in_encoding, s->hdr.accept);
+    s->deframer.allow_compressed = s->call.in_encoding != ECHOD_ENCODING_IDENTITY;
     if (s->path == NULL) {
         s->path = strdup("");
         s->call.path = s->path;

@@ -92,7 +92,10 @@ struct echod_stream {
     size_t header_bytes; /* of the request header block, RFC 9113's way (name + value + 32 each) */
     struct {
         int method_seen, is_post, ct_seen, ct_ok, enc_unsupported, timeout_bad;
-        uint64_t timeout_ns; /* 0 = no grpc-timeout */
+        int enc_seen;              /* grpc-encoding or grpc-accept-encoding present */
+        echod_encoding_t encoding; /* grpc-encoding, when supported */
+        unsigned accept;           /* grpc-accept-encoding as a set (echod_encoding_accept_parse) */
+        uint64_t timeout_ns;       /* 0 = no grpc-timeout */
         echod_work_t work;   /* echod-* overrides, valid where `work_set` has the bit */
         unsigned work_set;   /* 1 << ECHOD_WORK_* */
         char *work_error;

@@ -19,7 +19,7 @@ set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DURATION=${1:-60}
 [ $# -gt 0 ] && shift
-TARGETS=${*:-fuzz_deframe fuzz_timeout fuzz_status fuzz_work fuzz_config fuzz_conn}
+TARGETS=${*:-fuzz_deframe fuzz_inflate fuzz_timeout fuzz_status fuzz_work fuzz_config fuzz_conn}
 BUILD=${ECHOD_FUZZ_BUILD:-$ROOT/build-fuzz}
 OUT=${ECHOD_FUZZ_OUT:-$BUILD/fuzz-out}
 CC=${CC:-clang}

@@ -275,9 +275,10 @@ class Work(EchoTestCase):
             names = [k for k, _ in st.headers]
             self.assertEqual([v for k, v in st.headers if k == "x-keep"], ["yes", "twice"], st)
             self.assertIn("echod-echo-metadata", names)
-            for reserved in ("te", "user-agent", "host", "grpc-timeout", "grpc-accept-encoding",
-                             "grpc-previous-rpc-attempts"):
+            for reserved in ("te", "user-agent", "host", "grpc-timeout", "grpc-previous-rpc-attempts"):
                 self.assertNotIn(reserved, names, st)
+            # the server's own grpc-accept-encoding (docs/compression.md), not the request's echoed
+            self.assertEqual([v for k, v in st.headers if k == "grpc-accept-encoding"], ["identity,deflate,gzip"], st)
             self.assertEqual(names.count("content-type"), 1, st)
             self.assertEqual(names.count(":status"), 1, st)
         finally:

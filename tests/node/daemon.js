@@ -56,9 +56,11 @@ function tcpConnect(port) {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 class Daemon {
-  // name: for the log file, echod-NAME-PID.log in the temporary directory
-  constructor(name) {
+  // name: for the log file, echod-NAME-PID.log in the temporary directory; args: more echod
+  // arguments (e.g. ['--config', 'config/arms/fixed.yaml'])
+  constructor(name, args = []) {
     this.name = name;
+    this.args = args;
   }
 
   async start() {
@@ -67,6 +69,7 @@ class Daemon {
     this.logPath = path.join(os.tmpdir(), `echod-${this.name}-${process.pid}.log`);
     const log = fs.openSync(this.logPath, 'w');
     this.proc = spawn(ECHOD_BIN, [
+      ...this.args,
       '--set', `listen.grpc=127.0.0.1:${this.grpcPort}`,
       '--set', `listen.admin=127.0.0.1:${this.adminPort}`,
     ], { cwd: ROOT, stdio: ['ignore', log, log] });

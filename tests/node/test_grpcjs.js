@@ -125,6 +125,70 @@ test('metrics count the calls', async ({ daemon }) => {
     { grpc_method: 'BidirectionalStreamingEcho', grpc_code: 'OK' }), 1, 'bidi handled');
 });
 
+// grpc-encoding: grpc-js compresses every message once grpc.default_compression_algorithm is set
+// (1 deflate, 2 gzip) and keeps doing so while the server's grpc-accept-encoding lists it. Each
+// arm in its own daemon: direct, a pool arm, the serializing wrapper.
+async function compressedRound(Echo, target, name, algo) {
+  const c = new Echo(target, grpc.credentials.createInsecure(), { 'grpc.default_compression_algorithm': algo });
+  const big = `${name}-`.padEnd(3000, 'z');
+  try {
+    for (let i = 0; i < 2; i++) { // the second round runs after grpc-js saw grpc-accept-encoding
+      const u = await new Promise((resolve, reject) => {
+        c.UnaryEcho({ message: big }, { deadline: deadline(30) }, (e, r) => (e ? reject(e) : resolve(r)));
+      });
+      assertEqual(u.message, big, 'unary');
+      const ss = await new Promise((resolve, reject) => {
+        const out = [];
+        const call = c.ServerStreamingEcho({ message: big }, { deadline: deadline(30) });
+        call.on('data', (r) => out.push(r.message));
+        call.on('error', reject);
+        call.on('end', () => resolve(out));
+      });
+      assertEqual(ss, Array(10).fill(big), 'server streaming');
+      const cs = await new Promise((resolve, reject) => {
+        const call = c.ClientStreamingEcho({ deadline: deadline(30) }, (e, r) => (e ? reject(e) : resolve(r)));
+        for (const m of [big, 'b', big]) call.write({ message: m });
+        call.end();
+      });
+      assertEqual(cs.message, big + 'b' + big, 'client streaming');
+      const want = Array.from({ length: 100 }, (_, k) => `${big}-${k}`);
+      const bd = await new Promise((resolve, reject) => {
+        const out = [];
+        const call = c.BidirectionalStreamingEcho({ deadline: deadline(60) });
+        call.on('data', (r) => out.push(r.message));
+        call.on('error', reject);
+        call.on('end', () => resolve(out));
+        for (const m of want) call.write({ message: m });
+        call.end();
+      });
+      assertEqual(bd, want, 'bidi');
+    }
+  } finally {
+    c.close();
+  }
+}
+
+for (const arm of ['direct', 'fixed', 'direct-serialized']) {
+  test(`deflate and gzip on all four methods, arm ${arm}`, async () => {
+    const d = await new Daemon(`grpcjs-${arm}`, ['--config', path.join(ROOT, 'config', 'arms', `${arm}.yaml`)]).start();
+    try {
+      const Echo = loadEcho();
+      for (const [name, algo] of [['deflate', 1], ['gzip', 2]]) {
+        await compressedRound(Echo, d.target, name, algo);
+        // per round: 1 + 1 + 3 + 100 messages, all compressed
+        assertEqual(await d.metric('echod_grpc_encoding_messages_total', { direction: 'received', encoding: name }),
+          2 * 105, `echod_grpc_encoding_messages_total{received,${name}}`);
+        // and answered in kind (respond: request): 1 + 10 + 1 + 100 responses per round
+        assertEqual(await d.metric('echod_grpc_encoding_messages_total', { direction: 'sent', encoding: name }),
+          2 * 112, `echod_grpc_encoding_messages_total{sent,${name}}`);
+      }
+    } finally {
+      await d.stop();
+      try { fs.unlinkSync(d.logPath); } catch (e) { /* gone */ }
+    }
+  });
+}
+
 async function main() {
   let passed = 0;
   let failed = 0;
