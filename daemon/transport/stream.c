@@ -133,7 +133,7 @@ void echod_stream_copy_data(echod_stream_t *s, uint8_t *dst, size_t length)
         }
     }
     if (freed != 0) {
-        size_t limit = s->loop->server->cfg->transport.max_send_buffer_bytes;
+        size_t limit = s->call.dispatcher->cfg->transport.max_send_buffer_bytes;
         size_t before = atomic_fetch_sub_explicit(&s->call.out_bytes, freed, memory_order_acq_rel);
         if (before >= limit && before - freed < limit) {
             s->ready_due = 1; /* grpc-java's onReady: a transition back to ready */
@@ -226,7 +226,7 @@ void echod_stream_close(echod_stream_t *s, int code, const char *message, const 
     else
         resume_data(s);
     echod_conn__dirty(s->conn);
-    if (s->loop->server->cfg->transport.flush == ECHOD_FLUSH_IMMEDIATE)
+    if (s->call.dispatcher->cfg->transport.flush == ECHOD_FLUSH_IMMEDIATE)
         echod_conn__flush_immediate(s->conn);
 }
 
@@ -323,7 +323,7 @@ int echod_stream_on_header(nghttp2_session *session, const nghttp2_frame *frame,
     if (s == NULL)
         return 0;
     s->header_bytes += namelen + valuelen + 32;
-    if (s->header_bytes > s->loop->server->cfg->transport.max_header_list_bytes) {
+    if (s->header_bytes > s->call.dispatcher->cfg->transport.max_header_list_bytes) {
         ECHOD_COUNT(echod_metrics.header_lists_too_large);
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets this stream only */
     }
@@ -403,8 +403,8 @@ void echod_stream_headers_done(echod_stream_t *s)
     }
     /* grpc-encoding: compressed messages pass the deframer, and the messages step inflates them */
     s->call.in_encoding = s->hdr.encoding;
-    s->call.out_encoding =
-        echod_encoding_respond(s->loop->server->cfg->transport.compression.respond, s->call.in_encoding, s->hdr.accept);
+    s->call.out_encoding = echod_encoding_respond(s->call.dispatcher->cfg->transport.compression.respond,
+                                                  s->call.in_encoding, s->hdr.accept);
     s->deframer.allow_compressed = s->call.in_encoding != ECHOD_ENCODING_IDENTITY;
     if (s->path == NULL) {
         s->path = strdup("");
@@ -469,7 +469,7 @@ int echod_stream_on_data(nghttp2_session *session, uint8_t flags, int32_t stream
 
 static void deliver_messages(echod_stream_t *s)
 {
-    const echod_config_t *cfg = s->loop->server->cfg;
+    const echod_config_t *cfg = s->call.dispatcher->cfg;
     while (s->requested > 0 && s->steps < ECHOD_STEPS_HALF_CLOSED) {
         echod_msg_t *msg = echod_deframer_pop(&s->deframer);
         if (msg == NULL)
@@ -518,7 +518,7 @@ static void pump_once(echod_stream_t *s)
         return;
     if (s->steps == ECHOD_STEPS_NONE) {
         s->steps = ECHOD_STEPS_STARTED;
-        if (s->loop->server->cfg->dispatch.merge_lookup_and_start) {
+        if (s->call.dispatcher->cfg->dispatch.merge_lookup_and_start) {
             echod_call_submit(&s->call, ECHOD_STEP_LOOKUP_AND_START, NULL);
         } else {
             echod_call_submit(&s->call, ECHOD_STEP_METHOD_LOOKUP, NULL);
