@@ -206,7 +206,7 @@ class Container:
             try:
                 self.grpc_port = self.port(50051)
                 self.admin_port = self.port(8080)
-                if h.http_get(self.admin_port, "/healthz", timeout=1.0)[0] == 200:
+                if h.http_get(self.admin_port, "/readyz", timeout=1.0)[0] == 200:
                     return self
             except (OSError, ValueError):
                 pass
