@@ -22,7 +22,7 @@ runtime) refuses hybrid cgroups, so runc with the cgroupfs manager; podman asks 
 
 Environment:
   ECHOD_IMAGE_MAX_MB   the largest image size accepted, in MB (default 120)
-  ECHOD_IMAGE_KEEP     keep the built image (localhost/echod-check:latest) after the run
+  ECHOD_IMAGE_KEEP     keep the built image (localhost/echod-check:PID) after the run
 """
 
 import os
@@ -41,7 +41,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 import echod_harness as h  # noqa: E402
 
 ROOT = h.ROOT
-IMAGE = "localhost/echod-check:latest"
+# one tag per run: checks of several clones may run at once
+IMAGE = "localhost/echod-check:%d" % os.getpid()
 MIRROR = "http://deb.debian.org/debian"
 SUITE = "bookworm"
 MAX_MB = float(os.environ.get("ECHOD_IMAGE_MAX_MB", "120"))
@@ -168,6 +169,9 @@ def make_context(dst):
 
 
 def build_image():
+    # Earlier runs' untagged stage images are the layer cache (the apt layers of both stages);
+    # each run adds a few, so those older than a day go.
+    podman("image", "prune", "-f", "--filter", "until=24h", check=False)
     with tempfile.TemporaryDirectory(prefix="echod-context-") as ctx:
         make_context(ctx)
         mode = os.stat(os.path.join(ctx, "config", "echod.yaml")).st_mode & 0o777
