@@ -106,26 +106,25 @@ unsigned echod_cgroup_count_cpu_list(const char *text)
  * Our cgroup's directory under `mount` for the path /proc/self/cgroup gives. Without a cgroup
  * namespace a container's mount can be its own cgroup (the path then names directories that are
  * not there): leading components are dropped until the rest exists, at worst the mount itself.
- * A path outside our namespace ("/../x") resolves the same way.
+ * A path outside our namespace ("/../x") is the mount itself: nothing below it is ours.
  */
 static int resolve(cgroup_dirs_t *d, const char *mount, const char *path)
 {
     if (!is_dir(mount) || strlen(mount) >= sizeof(d->mount))
         return -1;
     strcpy(d->mount, mount);
-    const char *rest = path;
-    for (;;) {
+    strcpy(d->own, mount);
+    if (strstr(path, "/..") != NULL)
+        return 0;
+    for (const char *rest = path; rest != NULL; rest = strchr(rest + 1, '/')) {
         while (*rest == '/')
             rest++;
-        if (strncmp(rest, "..", 2) != 0 || (rest[2] != '/' && rest[2] != '\0')) {
-            if ((size_t)snprintf(d->own, sizeof(d->own), "%s%s%s", mount, *rest ? "/" : "", rest) < sizeof(d->own) &&
-                is_dir(d->own))
-                return 0;
-        }
-        const char *slash = strchr(rest, '/');
-        if (*rest == '\0' || slash == NULL)
+        if (*rest == '\0')
             break;
-        rest = slash;
+        if ((size_t)snprintf(d->own, sizeof(d->own), "%s/%s", mount, rest) < sizeof(d->own) && is_dir(d->own))
+            return 0;
+        if (strchr(rest, '/') == NULL)
+            break;
     }
     strcpy(d->own, d->mount);
     return 0;

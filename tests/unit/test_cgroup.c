@@ -159,6 +159,12 @@ static void test_v2_unlimited(void)
     cg = read_tree();
     CHECK(near(cg.quota_cpus, 2.5) && echod_cgroup_cpu_limit(&cg) == 3);
     CHECK(!cg.has_stat);
+
+    /* a cgroup outside our namespace: the mount is all we can see of it, not a namesake below */
+    put("proc/self/cgroup", "0::/../sibling\n");
+    put("sys/fs/cgroup/sibling/cpu.max", "50000 100000\n");
+    cg = read_tree();
+    CHECK(near(cg.quota_cpus, 2.5));
 }
 
 /* v1: cpu,cpuacct co-mounted, a cpuset, throttled_time in ns; name=systemd is not a controller. */
