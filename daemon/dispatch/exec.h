@@ -67,8 +67,9 @@ unsigned echod_exec_busy_threads(const echod_exec_t *exec);
 void echod_exec_destroy(echod_exec_t *exec);
 
 /*
- * CPUs this process may use: the cgroup v2 cpu.max quota rounded up (the tightest one from our
- * cgroup up to the root), capped by the affinity mask; the mask alone without a quota. At least 1.
+ * CPUs this process may use: the tightest cgroup CPU limit on our path (v2 cpu.max or v1
+ * cpu.cfs_quota_us/cpu.cfs_period_us rounded up, or a smaller cpuset; util/cgroup.h), capped by
+ * the affinity mask; the mask alone without a limit. At least 1. Any thread; reads files.
  */
 unsigned echod_exec_available_cpus(void);
 

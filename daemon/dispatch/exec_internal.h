@@ -85,12 +85,6 @@ echod_exec_t *echod_exec__swap_current(echod_exec_t *exec);
 void echod_exec__thread_name(char *buf, size_t cap, const char *name, unsigned index);
 
 /*
- * Parses the contents of a cgroup v2 cpu.max file. Returns 1 and sets *cpus to the quota in
- * whole CPUs rounded up, 0 for "max" (no quota), -1 if the text is not understood.
- */
-int echod_exec__parse_cpu_max(const char *text, unsigned *cpus);
-
-/*
  * Runs one dequeued task on a worker: reports the queue wait to the observer first, then calls
  * run. The task is not touched after run() is called: run may free it or resubmit it.
  */

@@ -21,6 +21,7 @@
 #include "dispatch/exec.h"
 #include "grpc/status.h"
 #include "metrics/metrics.h"
+#include "util/cgroup.h"
 
 echod_metrics_t echod_metrics;
 _Thread_local echod_metrics_t *echod_metrics_shard;
@@ -788,37 +789,47 @@ void echod_metrics_enter_stage(const char *name, size_t len)
         set_stage(name, len, 0);
 }
 
-/* The cgroup v2 cpu.stat of this process's own cgroup: throttling is what a 1-CPU limit does to a ramp. */
+/*
+ * The CPU limits and throttling of this process's cgroups, v1 or v2 (util/cgroup.h): throttling
+ * is what a 1-CPU limit does to a ramp.
+ */
 static void render_cgroup(mbuf_t *b)
 {
-    char buf[4096], path[600];
-    if (read_proc("/proc/self/cgroup", buf, 512) > 0 && strncmp(buf, "0::", 3) == 0) {
-        char *nl = strchr(buf, '\n');
-        if (nl != NULL)
-            *nl = '\0';
-        snprintf(path, sizeof(path), "/sys/fs/cgroup%.512s/cpu.stat", strcmp(buf + 3, "/") == 0 ? "" : buf + 3);
-        if (read_proc(path, buf, sizeof(buf)) > 0) {
-            const char *p;
-            if ((p = strstr(buf, "nr_throttled ")) != NULL) {
-                family(b, "echod_cgroup_cpu_throttled_periods_total", "counter",
-                       "cgroup cpu.stat nr_throttled: CFS periods in which the cgroup was throttled.");
-                mbuf_printf(b, "echod_cgroup_cpu_throttled_periods_total %llu\n", strtoull(p + 13, NULL, 10));
-            }
-            if ((p = strstr(buf, "nr_periods ")) != NULL) {
-                family(b, "echod_cgroup_cpu_periods_total", "counter", "cgroup cpu.stat nr_periods.");
-                mbuf_printf(b, "echod_cgroup_cpu_periods_total %llu\n", strtoull(p + 11, NULL, 10));
-            }
-            if ((p = strstr(buf, "throttled_usec ")) != NULL) {
-                char num[64];
-                format_double(num, sizeof(num), (double)strtoull(p + 15, NULL, 10) / 1e6);
-                family(b, "echod_cgroup_cpu_throttled_seconds_total", "counter",
-                       "cgroup cpu.stat throttled_usec, in seconds.");
-                mbuf_printf(b, "echod_cgroup_cpu_throttled_seconds_total %s\n", num);
-            }
-        }
+    static const char *const versions[] = {
+        [ECHOD_CGROUP_NONE] = "none",
+        [ECHOD_CGROUP_V1] = "v1",
+        [ECHOD_CGROUP_V2] = "v2",
+    };
+    echod_cgroup_cpu_t cg;
+    char num[64];
+    echod_cgroup_read_cpu("", &cg);
+    family(b, "echod_cgroup_info", "gauge", "The cgroup version the cpu controller was read from (v1, v2, none).");
+    mbuf_printf(b, "echod_cgroup_info{cpu=\"%s\"} 1\n", versions[cg.version]);
+    if (cg.quota_cpus > 0) {
+        format_double(num, sizeof(num), cg.quota_cpus);
+        family(b, "echod_cgroup_cpu_quota_cpus", "gauge",
+               "The tightest CPU quota on this process's cgroup path, quota / period (v2 cpu.max, "
+               "v1 cpu.cfs_quota_us / cpu.cfs_period_us).");
+        mbuf_printf(b, "echod_cgroup_cpu_quota_cpus %s\n", num);
+    }
+    if (cg.cpuset_cpus != 0) {
+        family(b, "echod_cgroup_cpuset_cpus", "gauge", "CPUs in the smallest cpuset on this process's cgroup path.");
+        mbuf_printf(b, "echod_cgroup_cpuset_cpus %u\n", cg.cpuset_cpus);
+    }
+    if (cg.has_stat) {
+        family(b, "echod_cgroup_cpu_throttled_periods_total", "counter",
+               "cgroup cpu.stat nr_throttled: CFS periods in which the cgroup was throttled.");
+        mbuf_printf(b, "echod_cgroup_cpu_throttled_periods_total %" PRIu64 "\n", cg.nr_throttled);
+        family(b, "echod_cgroup_cpu_periods_total", "counter", "cgroup cpu.stat nr_periods.");
+        mbuf_printf(b, "echod_cgroup_cpu_periods_total %" PRIu64 "\n", cg.nr_periods);
+        format_double(num, sizeof(num), (double)cg.throttled_usec / 1e6);
+        family(b, "echod_cgroup_cpu_throttled_seconds_total", "counter",
+               "cgroup cpu.stat throttled time (v2 throttled_usec, v1 throttled_time), in seconds.");
+        mbuf_printf(b, "echod_cgroup_cpu_throttled_seconds_total %s\n", num);
     }
     family(b, "echod_effective_cpus", "gauge",
-           "CPUs this process may use: the cgroup cpu.max quota rounded up, capped by the affinity mask.");
+           "CPUs this process may use: the tightest cgroup CPU quota rounded up or cpuset, capped by the "
+           "affinity mask.");
     mbuf_printf(b, "echod_effective_cpus %u\n", echod_exec_available_cpus());
 }
 

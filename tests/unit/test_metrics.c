@@ -463,6 +463,12 @@ static void test_admin(void)
     CHECK(r != NULL && strcmp(body_of(r), "ok\n") == 0);
     free(r);
 
+    /* not ready until main says every thread runs */
+    r = http(port, "GET", "/readyz");
+    CHECK(status_of(r) == 503);
+    CHECK(r != NULL && strcmp(body_of(r), "starting\n") == 0);
+    free(r);
+    echod_admin_set_serving(admin);
     r = http(port, "GET", "/readyz");
     CHECK(status_of(r) == 200);
     CHECK(r != NULL && strcmp(body_of(r), "ready\n") == 0);
@@ -500,6 +506,10 @@ static void test_admin(void)
     r = http(port, "GET", "/readyz");
     CHECK(status_of(r) == 503);
     CHECK(r != NULL && strcmp(body_of(r), "draining\n") == 0);
+    free(r);
+    echod_admin_set_serving(admin); /* never back from draining */
+    r = http(port, "GET", "/readyz");
+    CHECK(status_of(r) == 503);
     free(r);
     r = http(port, "GET", "/healthz");
     CHECK(status_of(r) == 200);
