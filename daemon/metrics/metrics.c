@@ -853,6 +853,7 @@ static void render_build_info(mbuf_t *b)
         mbuf_label(b, 0, "arm", cfg->arm);
         mbuf_label(b, 0, "executor", echod_exec_mode_name(cfg->executor.mode));
         mbuf_label(b, 0, "serialize", echod_serialize_name(cfg->dispatch.serialize));
+        mbuf_label(b, 0, "unwrap_sequential", cfg->dispatch.unwrap_sequential ? "true" : "false");
         mbuf_label(b, 0, "merge_lookup_and_start", cfg->dispatch.merge_lookup_and_start ? "true" : "false");
         mbuf_label(b, 0, "coalesce_end_stream", cfg->dispatch.coalesce_end_stream ? "true" : "false");
         mbuf_label(b, 0, "flush", echod_flush_name(cfg->transport.flush));
