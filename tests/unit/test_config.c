@@ -213,7 +213,7 @@ static void test_arms(void)
         n++;
     }
     closedir(d);
-    CHECK(n == 11);
+    CHECK(n == 12);
 
     /* Spot-check that each arm says what its name promises. */
     echod_config_t cfg;
