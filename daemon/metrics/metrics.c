@@ -639,6 +639,14 @@ static void render_process(mbuf_t *b)
         format_double(num, sizeof(num), cpu);
         family(b, "process_cpu_seconds_total", "counter", "CPU time used by the process (user + system), in seconds.");
         mbuf_printf(b, "process_cpu_seconds_total %s\n", num);
+        /* RUSAGE_SELF sums every thread, those that have exited included (the kernel folds a
+         * thread's counts into the process when it exits), so a cached pool's aged-out
+         * workers still count: the figure bench/compare divides by calls. */
+        family(b, "echod_context_switches_total", "counter",
+               "Context switches of all threads of the process, exited ones included (getrusage): voluntary = "
+               "the thread blocked (a hand-off, a park), involuntary = it was preempted.");
+        mbuf_printf(b, "echod_context_switches_total{kind=\"voluntary\"} %ld\n", ru.ru_nvcsw);
+        mbuf_printf(b, "echod_context_switches_total{kind=\"involuntary\"} %ld\n", ru.ru_nivcsw);
     }
 
     unsigned long long vsz_pages, rss_pages;

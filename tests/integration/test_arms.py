@@ -295,6 +295,55 @@ class SchedPolicy(unittest.TestCase):
             self.assertTrue(100 <= dispatches <= 600, (other, batch))
 
 
+def live_task_switches(pid):
+    """Voluntary + involuntary context switches of pid's live threads (/proc/PID/task/*/status),
+    as bench/compare reads the peers: an exited thread's count is gone from here."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                total += sum(int(line.split()[1]) for line in f
+                             if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")))
+        except OSError:
+            continue  # a cached worker that just exited
+    return total
+
+
+class ContextSwitches(unittest.TestCase):
+    """echod_context_switches_total moves with hand-offs and keeps the switches of threads that
+    have exited (a cached pool's workers age out after keep_alive)."""
+
+    def test_counts_move_and_survive_thread_exit(self):
+        calls = 200
+        with Daemon(config=os.path.join(ARMS_DIR, "cached.yaml"), sets=["executor.keep_alive=200ms"]) as d:
+            ch = d.channel()
+            stub = EchoStub(ch)
+            grpc.channel_ready_future(ch).result(timeout=T)
+            m0 = d.metrics()
+            for i in range(calls):
+                stub.UnaryEcho("cs%d" % i, timeout=T)
+            m1 = d.wait_metrics(lambda m: metric_delta(m, m0, "echod_call_steps_total", step="closed") >= calls,
+                                what="calls closed")
+            vol = metric_delta(m1, m0, "echod_context_switches_total", kind="voluntary")
+            # One call at a time: between calls the loop blocks in epoll_wait and the worker parks.
+            self.assertGreaterEqual(vol, calls, "voluntary switches for %d sequential pool calls" % calls)
+            self.assertGreaterEqual(metric_delta(m1, m0, "echod_context_switches_total", kind="involuntary"), 0)
+            ch.close()
+            base = m0.metric("echod_threads") - m0.metric("echod_executor_threads", executor="cached")
+            d.wait_metrics(lambda m: m.metric("echod_executor_threads", executor="cached") == 0
+                           and len(os.listdir("/proc/%d/task" % d.proc.pid)) == base,
+                           timeout=30 * SLOW, what="cached workers aged out and gone")
+            # Live threads first: the scrape after it only adds to what they had.
+            live = live_task_switches(d.proc.pid)
+            after = d.metrics().metric("echod_context_switches_total")
+            self.assertGreaterEqual(after, m1.metric("echod_context_switches_total"))
+            print("\n  cached, %d sequential calls: %.2f voluntary switches per call; after the workers "
+                  "exited: %d counted, %d on live threads" % (calls, vol / calls, after, live))
+            # The workers that exited parked at least once each: their switches stay counted.
+            self.assertGreater(after, live, "exited workers' switches lost (metric %d, live threads %d)"
+                               % (after, live))
+
+
 def _make_test(path):
     def test(self):
         self.run_arm(path)
