@@ -54,7 +54,8 @@ struct cached_worker {
     cached_worker_t *up;   /* idle stack links; `up` is towards the top */
     cached_worker_t *down;
     _Atomic uint32_t park;   /* PARK_*: the futex word; HANDED is set under the lock */
-    _Atomic unsigned wakers; /* submits between setting HANDED and their futex wake */
+    _Atomic unsigned wakers; /* submits between setting HANDED and their futex wake, or a spawn waiting for `started` */
+    _Atomic uint32_t started; /* futex word: 0 until the thread runs (the spawner waits for it) */
 };
 
 struct cached {
@@ -254,6 +255,8 @@ static void *worker_main(void *arg)
      */
     w->tid = pthread_self();
     echod_exec__worker_enter(&c->super, w->index);
+    atomic_store_explicit(&w->started, 1, memory_order_release);
+    futex_wake_one(&w->started);
     for (;;) {
         echod_exec__run(&c->super, task);
         pthread_mutex_lock(&c->lock);
@@ -277,19 +280,29 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* Starts a thread whose first task is `task`; 0 or an errno. */
+/*
+ * Starts a thread whose first task is `task` and waits until it runs, as Thread.start() does
+ * in HotSpot (the parent waits for the child to reach INITIALIZED): the submitter gives up the
+ * CPU once per new thread, which lets threads already woken run and park again, so a burst
+ * grows the pool about as far as the JDK's. 0 or an errno.
+ */
 static int spawn(cached_t *c, echod_task_t *task, unsigned index)
 {
     cached_worker_t *w = calloc(1, sizeof(*w));
     if (w == NULL)
         return ENOMEM;
     atomic_init(&w->park, PARK_AWAKE);
-    atomic_init(&w->wakers, 0);
+    atomic_init(&w->wakers, 1); /* ours, until we stop reading `started` */
+    atomic_init(&w->started, 0);
     w->pool = c;
     w->index = index;
     w->first = task;
     pthread_t unused;
     int ret = echod_exec__start_thread(&unused, worker_main, w);
+    if (ret == 0)
+        while (atomic_load_explicit(&w->started, memory_order_acquire) == 0)
+            futex_sleep(&w->started, 0, NULL);
+    atomic_fetch_sub_explicit(&w->wakers, 1, memory_order_release);
     if (ret != 0)
         free_worker(w);
     return ret;
