@@ -196,6 +196,7 @@ static const key_def_t limits_keys[] = {
 
 static const key_def_t dispatch_keys[] = {
     {"serialize", KEY_ENUM, FIELD(echod_config_t, dispatch.serialize), 0, 0, serialize_names, NULL, NULL},
+    {"unwrap_sequential", KEY_BOOL, FIELD(echod_config_t, dispatch.unwrap_sequential), 0, 0, NULL, NULL, NULL},
     {"merge_lookup_and_start", KEY_BOOL, FIELD(echod_config_t, dispatch.merge_lookup_and_start), 0, 0, NULL, NULL,
      NULL},
     {"coalesce_end_stream", KEY_BOOL, FIELD(echod_config_t, dispatch.coalesce_end_stream), 0, 0, NULL, NULL, NULL},
@@ -1200,6 +1201,7 @@ void echod_config_init(echod_config_t *cfg)
     cfg->limits.max_connections = 0;
     exec_defaults(&cfg->executor);
     cfg->dispatch.serialize = ECHOD_SERIALIZE_AUTO;
+    cfg->dispatch.unwrap_sequential = false;
     cfg->dispatch.merge_lookup_and_start = false;
     cfg->dispatch.coalesce_end_stream = false;
     cfg->echo.server_streaming_count = 10;

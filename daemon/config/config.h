@@ -125,6 +125,8 @@ typedef struct echod_config {
     echod_exec_config_t executor;
     struct {
         echod_serialize_t serialize;
+        /* grpc-java PR #5521 (never merged): a one-thread FIFO executor gets no serializer */
+        bool unwrap_sequential;
         bool merge_lookup_and_start;
         bool coalesce_end_stream;
         echod_sched_policy_t sched_policy;

@@ -680,6 +680,14 @@ static void render_process(mbuf_t *b)
         format_double(num, sizeof(num), cpu);
         family(b, "process_cpu_seconds_total", "counter", "CPU time used by the process (user + system), in seconds.");
         mbuf_printf(b, "process_cpu_seconds_total %s\n", num);
+        /* RUSAGE_SELF sums every thread, those that have exited included (the kernel folds a
+         * thread's counts into the process when it exits), so a cached pool's aged-out
+         * workers still count: the figure bench/compare divides by calls. */
+        family(b, "echod_context_switches_total", "counter",
+               "Context switches of all threads of the process, exited ones included (getrusage): voluntary = "
+               "the thread blocked (a hand-off, a park), involuntary = it was preempted.");
+        mbuf_printf(b, "echod_context_switches_total{kind=\"voluntary\"} %ld\n", ru.ru_nvcsw);
+        mbuf_printf(b, "echod_context_switches_total{kind=\"involuntary\"} %ld\n", ru.ru_nivcsw);
     }
 
     unsigned long long vsz_pages, rss_pages;
@@ -904,6 +912,7 @@ static void render_build_info(mbuf_t *b)
         mbuf_label(b, 0, "arm", cfg->arm);
         mbuf_label(b, 0, "executor", echod_exec_mode_name(cfg->executor.mode));
         mbuf_label(b, 0, "serialize", echod_serialize_name(cfg->dispatch.serialize));
+        mbuf_label(b, 0, "unwrap_sequential", cfg->dispatch.unwrap_sequential ? "true" : "false");
         mbuf_label(b, 0, "merge_lookup_and_start", cfg->dispatch.merge_lookup_and_start ? "true" : "false");
         mbuf_label(b, 0, "coalesce_end_stream", cfg->dispatch.coalesce_end_stream ? "true" : "false");
         mbuf_label(b, 0, "flush", echod_flush_name(cfg->transport.flush));

@@ -142,7 +142,7 @@ static void test_defaults(void)
     CHECK(def.limits.max_calls_in_flight == 0 && def.limits.max_connections == 0);
     CHECK(def.executor.mode == ECHOD_EXEC_DIRECT && def.executor.threads == 0 && def.executor.max_threads == 0);
     CHECK(def.executor.keep_alive_ms == 60000);
-    CHECK(def.dispatch.serialize == ECHOD_SERIALIZE_AUTO);
+    CHECK(def.dispatch.serialize == ECHOD_SERIALIZE_AUTO && !def.dispatch.unwrap_sequential);
     CHECK(!def.dispatch.merge_lookup_and_start && !def.dispatch.coalesce_end_stream);
     CHECK(def.dispatch.sched_policy == ECHOD_SCHED_OTHER);
     CHECK(def.dispatch.per_method_count == 0 && def.dispatch.per_method == NULL);
@@ -213,7 +213,7 @@ static void test_arms(void)
         n++;
     }
     closedir(d);
-    CHECK(n == 11);
+    CHECK(n == 12);
 
     /* Spot-check that each arm says what its name promises. */
     echod_config_t cfg;
@@ -237,6 +237,20 @@ static void test_arms(void)
     echod_config_init(&cfg);
     CHECK(echod_config_load_file(&cfg, SRC("config/arms/direct-serialized.yaml"), err, sizeof(err)) == 0);
     CHECK(cfg.dispatch.serialize == ECHOD_SERIALIZE_ALWAYS && cfg.executor.mode == ECHOD_EXEC_DIRECT);
+    echod_config_free(&cfg);
+
+    echod_config_init(&cfg);
+    CHECK(echod_config_load_file(&cfg, SRC("config/arms/fixed.yaml"), err, sizeof(err)) == 0);
+    CHECK(cfg.executor.mode == ECHOD_EXEC_FIXED && !cfg.dispatch.unwrap_sequential);
+    echod_config_free(&cfg);
+
+    echod_config_init(&cfg);
+    CHECK(echod_config_load_file(&cfg, SRC("config/arms/fixed-unwrapped.yaml"), err, sizeof(err)) == 0);
+    CHECK(cfg.executor.mode == ECHOD_EXEC_FIXED && cfg.executor.threads == 1 && cfg.dispatch.unwrap_sequential);
+    echod_config_free(&cfg);
+
+    CHECK(load_ok("dispatch: {unwrap_sequential: on}\n", &cfg));
+    CHECK(cfg.dispatch.unwrap_sequential);
     echod_config_free(&cfg);
 
     echod_config_init(&cfg);

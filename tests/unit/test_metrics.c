@@ -265,7 +265,8 @@ static void test_render(echod_exec_t *pool)
 
     CHECK(has_line(text,
                    "echod_build_info{version=\"9.8.7\",arm=\"a\\\"rm\\\\x\\ny\",executor=\"fixed\","
-                   "serialize=\"always\",merge_lookup_and_start=\"true\",coalesce_end_stream=\"false\","
+                   "serialize=\"always\",unwrap_sequential=\"false\",merge_lookup_and_start=\"true\",coalesce_end_"
+                   "stream=\"false\","
                    "flush=\"read_complete\",sched_policy=\"other\",config_sha256=\"0123456789abcdef0123456789abcdef"
                    "0123456789abcdef0123456789abcdef\"} 1"));
     free(text);
