@@ -50,9 +50,10 @@ struct echod_call {
     int final_code; /* the status the call ended with: written by the loop before `closed` */
     /* Synthetic work for this call: resolved on the loop when HEADERS completes, read-only after. */
     echod_work_t work;
-    char *work_error;           /* "echod-cpu-us: ..." when a work header was malformed: INVALID_ARGUMENT */
-    unsigned admitted : 1;      /* counted against limits.max_calls_in_flight */
-    atomic_int handler_started; /* start_call ran: a deadline after this was not "expired in queue" */
+    char *work_error;             /* "echod-cpu-us: ..." when a work header was malformed: INVALID_ARGUMENT */
+    unsigned admitted : 1;        /* counted against limits.max_calls_in_flight */
+    atomic_int handler_started;   /* start_call ran: a deadline after this was not "expired in queue" */
+    echod_exec_sleeper_t sleeper; /* a handler's echod_call_sleep, which echod_call_cancel cuts short */
     /* Server timing (telemetry.timing_trailer): steps add to these inside the serializer.
      * step_ended_ns, once a step has run handler code, is a clock read taken after the last of it
      * (do_message's or echod_call_close's), which the step then takes as its end. */
@@ -114,6 +115,12 @@ void echod_call_release(echod_call_t *call);
  */
 void echod_call_pump(echod_call_t *call);
 
+/*
+ * Loop thread: the stream was reset, timed out, cut by drain or died. Handlers see
+ * echod_call_is_cancelled, and a handler parked in echod_call_sleep wakes now.
+ */
+void echod_call_cancel(echod_call_t *call);
+
 /* Loop thread, outside steps: makes on_ready due again (a health watch's status changed) and
  * pumps, so that like every step it is submitted by the pump, which holds the call. */
 void echod_call_wake_ready(echod_call_t *call);
@@ -129,5 +136,10 @@ void echod_call_close(echod_call_t *call, int code, const char *message);
 /* True while the handler's queued bytes are below transport.max_send_buffer_bytes. */
 int echod_call_is_ready(echod_call_t *call);
 int echod_call_is_cancelled(echod_call_t *call);
+/*
+ * Sleeps `us` microseconds (echod-sleep-us). On a virtual thread it parks, freeing the carrier,
+ * and a cancel wakes it early; on any other thread it blocks the thread for the whole time.
+ */
+void echod_call_sleep(echod_call_t *call, uint32_t us);
 
 #endif
