@@ -958,7 +958,7 @@ static void exec_defaults(echod_exec_config_t *exec)
     exec->threads = 0;
     exec->max_threads = 0;
     exec->keep_alive_ms = 60000;
-    exec->stack_bytes = 64 * 1024; /* docs/virtual-threads.md: deepest measured use is far below */
+    exec->stack_bytes = ECHOD_EXEC_STACK_BYTES_DEFAULT; /* docs/virtual-threads.md: sized by measurement */
 }
 
 /* dispatch.per_method entries start from the built-in executor defaults, not from `executor`. */

@@ -19,6 +19,9 @@ typedef enum {
     ECHOD_EXEC_VIRTUAL       /* a virtual thread (fiber) per task on workstealing carriers; sleeps park */
 } echod_exec_mode_t;
 
+/* executor.stack_bytes when not set (0 in an echod_exec_config_t means this too). */
+#define ECHOD_EXEC_STACK_BYTES_DEFAULT (64 * 1024)
+
 typedef struct {
     echod_exec_mode_t mode;
     unsigned threads;       /* fixed, workstealing, virtual: 0 = CPUs the process may use */

@@ -16,9 +16,11 @@
  * after the switch away has completed, and it leaves the heap only under the same lock, by
  * whoever resubmits it; the resubmission is the only way back onto a carrier.
  *
- * Each virtual thread lives in one mapping: a PROT_NONE guard page at the bottom (an overflow
- * faults), the stack, and the vthread struct itself at the top. Ended ones go back to a pool
- * (at most POOL_IDLE_MAX idle), so a steady load maps nothing.
+ * A virtual thread is a small struct from submit on, as in the JDK; its stack is taken when a
+ * carrier first mounts it, so a deep queue costs no stacks. A stack is one mapping: a PROT_NONE
+ * guard page at the bottom (an overflow faults instead of corrupting memory), the stack, and its
+ * pool header at the top. Ended ones go back to a pool (at most POOL_IDLE_MAX idle), so a steady
+ * load maps nothing.
  *
  * Threading: submit from any thread; the timer heap, `stopping` and every sleeper's `parked` are
  * guarded by timer_lock, the stack pool by pool_lock; counters are atomics.
@@ -38,6 +40,14 @@ typedef enum { VT_NEW = 0, VT_RUNNING, VT_PARKING, VT_PARKED, VT_DONE } vt_state
 
 typedef struct vt vt_t;
 typedef struct vexec vexec_t;
+typedef struct vstack vstack_t;
+
+/* At the top of each stack mapping, above the stack itself. */
+struct vstack {
+    void *map; /* the whole mapping: guard page, stack, this header */
+    vstack_t *next_idle;
+    unsigned valgrind_id;
+};
 
 struct vt {
     echod_task_t mount; /* what the carriers run: mount this virtual thread until it yields */
@@ -49,23 +59,22 @@ struct vt {
     uint64_t wake_ns;       /* while parking/parked */
     echod_exec_sleeper_t *sleeper;
     size_t heap_index; /* while parked */
-    vt_t *next_idle;   /* in the pool */
-    void *map;         /* the whole mapping: guard page, stack, this struct */
-    unsigned valgrind_stack;
+    vt_t *next_due;    /* in the unparker's batch */
+    vstack_t *stack;   /* from the first mount on */
 };
 
 struct vexec {
     echod_exec_t super;
     echod_exec_t *carriers; /* a workstealing pool */
     size_t stack_bytes;     /* usable, page-rounded */
-    size_t map_bytes;       /* guard + stack + struct page(s) */
+    size_t map_bytes;       /* guard + stack + header page */
     size_t page;
     _Atomic uint64_t started, parks, unparks;
     _Atomic unsigned live;
     _Atomic size_t stack_peak;
 
     _Alignas(ECHOD_EXEC_CACHE_LINE) pthread_mutex_t pool_lock;
-    vt_t *idle;
+    vstack_t *idle;
     unsigned nidle;
 
     _Alignas(ECHOD_EXEC_CACHE_LINE) pthread_mutex_t timer_lock;
@@ -90,15 +99,18 @@ static _Thread_local vt_t *mounted;
 
 /* --- the stack pool --- */
 
-static void note_peak(vexec_t *vx, vt_t *v)
+static char *stack_lo(const vexec_t *vx, const vstack_t *st)
+{
+    return (char *)st->map + vx->page;
+}
+
+static void note_peak(vexec_t *vx, const vstack_t *st)
 {
     /* The lowest page ever touched is resident (mincore), then its first non-zero word. */
-    char *lo = (char *)v->map + vx->page, *top = (char *)v;
-    size_t npages = (size_t)(top - lo + (ptrdiff_t)vx->page - 1) / vx->page;
+    char *lo = stack_lo(vx, st), *top = (char *)st;
+    size_t npages = ((size_t)(top - lo) + vx->page - 1) / vx->page;
     unsigned char vec[4096];
-    if (npages > sizeof(vec))
-        return;
-    if (mincore(lo, npages * vx->page, vec) != 0)
+    if (npages > sizeof(vec) || mincore(lo, npages * vx->page, vec) != 0)
         return;
     for (size_t i = 0; i < npages; i++) {
         if (!(vec[i] & 1))
@@ -115,24 +127,24 @@ static void note_peak(vexec_t *vx, vt_t *v)
     }
 }
 
-static void unmap_vt(vexec_t *vx, vt_t *v)
+static void unmap_stack(vexec_t *vx, vstack_t *st)
 {
-    note_peak(vx, v);
-    echod_fiber_stack_deregister(v->valgrind_stack);
-    munmap(v->map, vx->map_bytes);
+    note_peak(vx, st);
+    echod_fiber_stack_deregister(st->valgrind_id);
+    munmap(st->map, vx->map_bytes);
 }
 
-static vt_t *take_vt(vexec_t *vx)
+static vstack_t *take_stack(vexec_t *vx)
 {
     pthread_mutex_lock(&vx->pool_lock);
-    vt_t *v = vx->idle;
-    if (v != NULL) {
-        vx->idle = v->next_idle;
+    vstack_t *st = vx->idle;
+    if (st != NULL) {
+        vx->idle = st->next_idle;
         vx->nidle--;
     }
     pthread_mutex_unlock(&vx->pool_lock);
-    if (v != NULL)
-        return v;
+    if (st != NULL)
+        return st;
     void *map = mmap(NULL, vx->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (map == MAP_FAILED)
         return NULL;
@@ -140,28 +152,26 @@ static vt_t *take_vt(vexec_t *vx)
         munmap(map, vx->map_bytes);
         return NULL;
     }
-    /* the struct sits at the top, a cache line of its own above the stack */
-    uintptr_t at = ((uintptr_t)map + vx->map_bytes - sizeof(vt_t)) & ~(uintptr_t)(ECHOD_EXEC_CACHE_LINE - 1);
-    v = (vt_t *)at;
-    memset(v, 0, sizeof(*v));
-    v->map = map;
-    v->owner = vx;
-    v->valgrind_stack = echod_fiber_stack_register((char *)map + vx->page, (size_t)(at - (uintptr_t)map) - vx->page);
-    return v;
+    /* the header sits at the very top; the stack grows down from just below it */
+    st = (vstack_t *)(((uintptr_t)map + vx->map_bytes - sizeof(vstack_t)) & ~(uintptr_t)(ECHOD_EXEC_CACHE_LINE - 1));
+    st->map = map;
+    st->next_idle = NULL;
+    st->valgrind_id = echod_fiber_stack_register(stack_lo(vx, st), (size_t)((char *)st - stack_lo(vx, st)));
+    return st;
 }
 
-static void put_vt(vexec_t *vx, vt_t *v)
+static void put_stack(vexec_t *vx, vstack_t *st)
 {
     pthread_mutex_lock(&vx->pool_lock);
     if (vx->nidle < POOL_IDLE_MAX) {
-        v->next_idle = vx->idle;
-        vx->idle = v;
+        st->next_idle = vx->idle;
+        vx->idle = st;
         vx->nidle++;
-        v = NULL;
+        st = NULL;
     }
     pthread_mutex_unlock(&vx->pool_lock);
-    if (v != NULL)
-        unmap_vt(vx, v);
+    if (st != NULL)
+        unmap_stack(vx, st);
 }
 
 /* --- the timer heap (timer_lock held) --- */
@@ -257,10 +267,14 @@ static void file_parked(vexec_t *vx, vt_t *v)
         resubmit(vx, v);
 }
 
+/* A virtual thread is over: its stack back to the pool, the struct freed, destroy told. */
 static void vt_ended(vexec_t *vx, vt_t *v)
 {
-    echod_fiber_dispose(&v->fiber);
-    put_vt(vx, v);
+    if (v->stack != NULL) {
+        echod_fiber_dispose(&v->fiber);
+        put_stack(vx, v->stack);
+    }
+    free(v);
     if (atomic_fetch_sub_explicit(&vx->live, 1, memory_order_seq_cst) == 1 &&
         atomic_load_explicit(&vx->draining, memory_order_seq_cst)) {
         pthread_mutex_lock(&vx->idle_lock);
@@ -269,18 +283,36 @@ static void vt_ended(vexec_t *vx, vt_t *v)
     }
 }
 
+static void vt_main(void *arg)
+{
+    vt_t *v = arg;
+    v->task->run(v->task);
+    v->state = VT_DONE;
+    echod_fiber_switch(&v->fiber, v->carrier, 1);
+}
+
 /* The carriers' task: run the virtual thread until it yields or ends, then act on which. */
 static void mount_run(echod_task_t *task)
 {
     vt_t *v = (vt_t *)((char *)task - offsetof(vt_t, mount));
     vexec_t *vx = v->owner;
+    if (v->state == VT_NEW) {
+        if (vx->super.on_start != NULL) {
+            uint64_t now = echod_now_ns(), then = v->task->enqueued_ns;
+            vx->super.on_start(vx->super.on_start_ctx, now > then ? now - then : 0);
+        }
+        if ((v->stack = take_stack(vx)) == NULL) {
+            /* no memory for a stack: run it on the carrier's own (a sleep then blocks the carrier) */
+            v->task->run(v->task);
+            vt_ended(vx, v);
+            return;
+        }
+        char *lo = stack_lo(vx, v->stack);
+        echod_fiber_make(&v->fiber, lo, (size_t)((char *)v->stack - lo), vt_main, v);
+    }
     if (!carrier_ctx_made) {
         echod_fiber_init_thread(&carrier_ctx);
         carrier_ctx_made = 1;
-    }
-    if (v->state == VT_NEW && vx->super.on_start != NULL) {
-        uint64_t now = echod_now_ns(), then = v->task->enqueued_ns;
-        vx->super.on_start(vx->super.on_start_ctx, now > then ? now - then : 0);
     }
     v->state = VT_RUNNING;
     v->carrier = &carrier_ctx;
@@ -293,28 +325,19 @@ static void mount_run(echod_task_t *task)
         file_parked(vx, v);
 }
 
-static void vt_main(void *arg)
-{
-    vt_t *v = arg;
-    v->task->run(v->task);
-    v->state = VT_DONE;
-    echod_fiber_switch(&v->fiber, v->carrier, 1);
-}
-
 static void vx_submit(echod_exec_t *exec, echod_task_t *task)
 {
     vexec_t *vx = (vexec_t *)exec;
-    vt_t *v = take_vt(vx);
+    vt_t *v = calloc(1, sizeof(*v));
     if (v == NULL) {
-        /* no memory for a stack: run it as a plain carrier task (a sleep then blocks the carrier) */
+        /* not even the struct: a plain carrier task, as workstealing would run it */
         echod_exec_submit(vx->carriers, task);
         return;
     }
+    v->owner = vx;
     v->task = task;
     v->state = VT_NEW;
-    v->sleeper = NULL;
     v->mount.run = mount_run;
-    echod_fiber_make(&v->fiber, (char *)v->map + vx->page, (size_t)((char *)v - (char *)v->map) - vx->page, vt_main, v);
     atomic_fetch_add_explicit(&vx->started, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&vx->live, 1, memory_order_relaxed);
     echod_exec_submit(vx->carriers, &v->mount);
@@ -389,14 +412,13 @@ static void *unparker_main(void *arg)
             vt_t *v = vx->heap[0];
             heap_remove(vx, v);
             v->sleeper->parked = NULL;
-            v->next_idle = due; /* free while parked */
+            v->next_due = due;
             due = v;
         }
         if (due != NULL) {
             pthread_mutex_unlock(&vx->timer_lock);
             for (vt_t *v = due, *next; v != NULL; v = next) {
-                next = v->next_idle;
-                v->next_idle = NULL;
+                next = v->next_due;
                 resubmit(vx, v);
             }
             pthread_mutex_lock(&vx->timer_lock);
@@ -434,8 +456,8 @@ static void vx_vthreads(const echod_exec_t *exec, echod_exec_vthreads_t *out)
     vexec_t *vx = (vexec_t *)exec;
     /* idle stacks show how deep the ended ones went; the scan is per scrape, not per call */
     pthread_mutex_lock(&vx->pool_lock);
-    for (vt_t *v = vx->idle; v != NULL; v = v->next_idle)
-        note_peak(vx, v);
+    for (vstack_t *st = vx->idle; st != NULL; st = st->next_idle)
+        note_peak(vx, st);
     pthread_mutex_unlock(&vx->pool_lock);
     out->started = atomic_load_explicit(&vx->started, memory_order_relaxed);
     out->parks = atomic_load_explicit(&vx->parks, memory_order_relaxed);
@@ -457,9 +479,9 @@ static void free_vexec(vexec_t *vx)
         pthread_join(vx->unparker, NULL);
     }
     echod_exec_destroy(vx->carriers);
-    for (vt_t *v = vx->idle, *next; v != NULL; v = next) {
-        next = v->next_idle;
-        unmap_vt(vx, v);
+    for (vstack_t *st = vx->idle, *next; st != NULL; st = next) {
+        next = st->next_idle;
+        unmap_stack(vx, st);
     }
     free(vx->heap);
     pthread_mutex_destroy(&vx->pool_lock);
@@ -485,13 +507,12 @@ static void vx_destroy(echod_exec_t *exec)
         vt_t *v = vx->heap[0];
         heap_remove(vx, v);
         v->sleeper->parked = NULL;
-        v->next_idle = due;
+        v->next_due = due;
         due = v;
     }
     pthread_mutex_unlock(&vx->timer_lock);
     for (vt_t *v = due, *next; v != NULL; v = next) {
-        next = v->next_idle;
-        v->next_idle = NULL;
+        next = v->next_due;
         resubmit(vx, v);
     }
     atomic_store_explicit(&vx->draining, 1, memory_order_seq_cst);
@@ -526,9 +547,11 @@ echod_exec_t *echod_exec__virtual_create(const char *name, unsigned threads, siz
     echod_exec__init(&vx->super, &vx_ops, ECHOD_EXEC_VIRTUAL, name);
     long page = sysconf(_SC_PAGESIZE);
     vx->page = page > 0 ? (size_t)page : 4096;
+    if (stack_bytes == 0)
+        stack_bytes = ECHOD_EXEC_STACK_BYTES_DEFAULT;
     vx->stack_bytes = (stack_bytes + vx->page - 1) / vx->page * vx->page;
-    /* guard page + stack + the vthread struct, which gets a page of its own at the top */
-    vx->map_bytes = vx->page + vx->stack_bytes + (sizeof(vt_t) + vx->page - 1) / vx->page * vx->page;
+    /* guard page + stack + a page whose top holds the pool header (the rest is stack too) */
+    vx->map_bytes = vx->page + vx->stack_bytes + vx->page;
     pthread_mutex_init(&vx->pool_lock, NULL);
     pthread_mutex_init(&vx->timer_lock, NULL);
     pthread_condattr_t ca;
