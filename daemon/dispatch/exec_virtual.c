@@ -44,7 +44,9 @@ typedef struct vstack vstack_t;
 
 /* At the top of each stack mapping, above the stack itself. */
 struct vstack {
-    void *map; /* the whole mapping: guard page, stack, this header */
+    echod_fiber_t fiber; /* runs the virtual threads that get this stack, one after another */
+    vt_t *vt;            /* the one that has it now */
+    void *map;           /* the whole mapping: guard page, stack, this header */
     vstack_t *next_idle;
     unsigned valgrind_id;
 };
@@ -52,9 +54,8 @@ struct vstack {
 struct vt {
     echod_task_t mount; /* what the carriers run: mount this virtual thread until it yields */
     vexec_t *owner;
-    echod_task_t *task; /* the submitted task this virtual thread runs */
-    vt_state_t state;   /* written by the fiber before it yields, read by its carrier after */
-    echod_fiber_t fiber;
+    echod_task_t *task;     /* the submitted task this virtual thread runs */
+    vt_state_t state;       /* written by the fiber before it yields, read by its carrier after */
     echod_fiber_t *carrier; /* the carrier context it is mounted on (set at each mount) */
     uint64_t wake_ns;       /* while parking/parked */
     echod_exec_sleeper_t *sleeper;
@@ -99,6 +100,8 @@ static _Thread_local vt_t *mounted;
 
 /* --- the stack pool --- */
 
+static void stack_main(void *arg);
+
 static char *stack_lo(const vexec_t *vx, const vstack_t *st)
 {
     return (char *)st->map + vx->page;
@@ -130,6 +133,7 @@ static void note_peak(vexec_t *vx, const vstack_t *st)
 static void unmap_stack(vexec_t *vx, vstack_t *st)
 {
     note_peak(vx, st);
+    echod_fiber_dispose(&st->fiber);
     echod_fiber_stack_deregister(st->valgrind_id);
     munmap(st->map, vx->map_bytes);
 }
@@ -154,9 +158,11 @@ static vstack_t *take_stack(vexec_t *vx)
     }
     /* the header sits at the very top; the stack grows down from just below it */
     st = (vstack_t *)(((uintptr_t)map + vx->map_bytes - sizeof(vstack_t)) & ~(uintptr_t)(ECHOD_EXEC_CACHE_LINE - 1));
+    memset(st, 0, sizeof(*st));
     st->map = map;
-    st->next_idle = NULL;
-    st->valgrind_id = echod_fiber_stack_register(stack_lo(vx, st), (size_t)((char *)st - stack_lo(vx, st)));
+    char *lo = stack_lo(vx, st);
+    st->valgrind_id = echod_fiber_stack_register(lo, (size_t)((char *)st - lo));
+    echod_fiber_make(&st->fiber, lo, (size_t)((char *)st - lo), stack_main, st);
     return st;
 }
 
@@ -270,10 +276,8 @@ static void file_parked(vexec_t *vx, vt_t *v)
 /* A virtual thread is over: its stack back to the pool, the struct freed, destroy told. */
 static void vt_ended(vexec_t *vx, vt_t *v)
 {
-    if (v->stack != NULL) {
-        echod_fiber_dispose(&v->fiber);
+    if (v->stack != NULL)
         put_stack(vx, v->stack);
-    }
     free(v);
     if (atomic_fetch_sub_explicit(&vx->live, 1, memory_order_seq_cst) == 1 &&
         atomic_load_explicit(&vx->draining, memory_order_seq_cst)) {
@@ -283,12 +287,16 @@ static void vt_ended(vexec_t *vx, vt_t *v)
     }
 }
 
-static void vt_main(void *arg)
+/* A stack's fiber: each turn runs the virtual thread that took the stack, to its end. */
+static void stack_main(void *arg)
 {
-    vt_t *v = arg;
-    v->task->run(v->task);
-    v->state = VT_DONE;
-    echod_fiber_switch(&v->fiber, v->carrier, 1);
+    vstack_t *st = arg;
+    for (;;) {
+        vt_t *v = st->vt;
+        v->task->run(v->task);
+        v->state = VT_DONE;
+        echod_fiber_switch(&st->fiber, v->carrier);
+    }
 }
 
 /* The carriers' task: run the virtual thread until it yields or ends, then act on which. */
@@ -307,8 +315,7 @@ static void mount_run(echod_task_t *task)
             vt_ended(vx, v);
             return;
         }
-        char *lo = stack_lo(vx, v->stack);
-        echod_fiber_make(&v->fiber, lo, (size_t)((char *)v->stack - lo), vt_main, v);
+        v->stack->vt = v;
     }
     if (!carrier_ctx_made) {
         echod_fiber_init_thread(&carrier_ctx);
@@ -317,7 +324,7 @@ static void mount_run(echod_task_t *task)
     v->state = VT_RUNNING;
     v->carrier = &carrier_ctx;
     mounted = v;
-    echod_fiber_switch(&carrier_ctx, &v->fiber, 0);
+    echod_fiber_switch(&carrier_ctx, &v->stack->fiber);
     mounted = NULL;
     if (v->state == VT_DONE)
         vt_ended(vx, v);
@@ -369,7 +376,7 @@ int echod_exec_sleep(echod_exec_sleeper_t *s, uint64_t ns)
     v->wake_ns = echod_now_ns() + ns;
     v->sleeper = s;
     v->state = VT_PARKING;
-    echod_fiber_switch(&v->fiber, v->carrier, 0);
+    echod_fiber_switch(&v->stack->fiber, v->carrier);
     /* resumed, maybe on another carrier (v->carrier is the new one) */
     v->sleeper = NULL;
     return 0;

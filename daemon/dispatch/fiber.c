@@ -48,7 +48,7 @@ static void fiber_start(echod_fiber_t *f)
     }
 #endif
     f->entry(f->arg);
-    __builtin_trap(); /* entry switches away for good; it never returns */
+    __builtin_trap(); /* entry never returns */
 }
 
 #if !ECHOD_FIBER_USE_UCONTEXT
@@ -112,7 +112,7 @@ void echod_fiber_make(echod_fiber_t *f, void *stack_lo, size_t size, void (*entr
     f->entry = entry;
     f->arg = arg;
 #if FIBER_ASAN
-    /* a reused stack still carries the poison of the frames its last fiber ended in */
+    /* munmap leaves ASan's shadow as it was: a new stack may sit where old frames were poisoned */
     ASAN_UNPOISON_MEMORY_REGION(stack_lo, size);
 #endif
 #if FIBER_TSAN
@@ -139,13 +139,11 @@ void echod_fiber_make(echod_fiber_t *f, void *stack_lo, size_t size, void (*entr
 #endif
 }
 
-void echod_fiber_switch(echod_fiber_t *from, echod_fiber_t *to, int from_ends)
+void echod_fiber_switch(echod_fiber_t *from, echod_fiber_t *to)
 {
     to->resumed_by = from;
 #if FIBER_ASAN
-    __sanitizer_start_switch_fiber(from_ends ? NULL : &from->asan_fake_stack, to->stack_lo, to->stack_size);
-#else
-    (void)from_ends;
+    __sanitizer_start_switch_fiber(&from->asan_fake_stack, to->stack_lo, to->stack_size);
 #endif
 #if FIBER_TSAN
     __tsan_switch_to_fiber(to->tsan_fiber, 0);
@@ -169,6 +167,11 @@ void echod_fiber_switch(echod_fiber_t *from, echod_fiber_t *to, int from_ends)
 
 void echod_fiber_dispose(echod_fiber_t *f)
 {
+#if FIBER_ASAN
+    /* the suspended frames' redzones must not outlive the mapping (malloc may map there next) */
+    if (f->stack_lo != NULL && f->entry != NULL)
+        ASAN_UNPOISON_MEMORY_REGION(f->stack_lo, f->stack_size);
+#endif
 #if FIBER_TSAN
     if (f->tsan_owned)
         __tsan_destroy_fiber(f->tsan_fiber);

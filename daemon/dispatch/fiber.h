@@ -47,17 +47,15 @@ void echod_fiber_init_thread(echod_fiber_t *f);
 
 /*
  * A fiber that starts at entry(arg) on [stack_lo, stack_lo + size) at the first switch to it.
- * entry must never return: it ends with echod_fiber_switch(self, somewhere, 1).
+ * entry never returns: a fiber lives as long as its stack (echod's run one virtual thread after
+ * another), because a fiber abandoned mid-call would leave frames in TSan's shadow call stack.
  */
 void echod_fiber_make(echod_fiber_t *f, void *stack_lo, size_t size, void (*entry)(void *), void *arg);
 
-/*
- * Saves the current context in `from` and resumes `to`. Returns when someone switches back to
- * `from`. `from_ends`: from will never be resumed (its sanitizer state is dropped).
- */
-void echod_fiber_switch(echod_fiber_t *from, echod_fiber_t *to, int from_ends);
+/* Saves the current context in `from` and resumes `to`; returns when someone resumes `from`. */
+void echod_fiber_switch(echod_fiber_t *from, echod_fiber_t *to);
 
-/* Forgets a fiber that has ended (its TSan context); the stack is the caller's to free. */
+/* Forgets a suspended fiber (its TSan context, its stack's ASan poison) before its stack is freed. */
 void echod_fiber_dispose(echod_fiber_t *f);
 
 /* Tells valgrind a stack exists / is gone (no-ops without valgrind). */
