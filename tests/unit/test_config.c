@@ -803,7 +803,7 @@ static void test_file_errors(void)
                           "echo.server_streaming_count: expected an integer from 1 to 100000"));
     /* Enums list what they accept. */
     CHECK(load_fails_with("executor:\n  mode: forkjoin\n", ":2:9: executor.mode: expected one of direct, fixed, "
-                                                           "cached, workstealing, got \"forkjoin\""));
+                                                           "cached, workstealing, virtual, got \"forkjoin\""));
     CHECK(load_fails_with("transport: {flush: later}\n", ":1:20: transport.flush: expected one of loop_tail, "
                                                          "read_complete, immediate, got \"later\""));
     CHECK(load_fails_with("dispatch: {serialize: never}\n", "dispatch.serialize: expected one of auto, always, got "
@@ -964,8 +964,9 @@ static void test_set(void)
     /* Errors: same rules as files, prefixed with --set and the key path, no line numbers. */
     CHECK(set_fails_with("executor.threads=many", "--set executor.threads: expected an integer from 0 to 1024, got "
                                                   "\"many\""));
-    CHECK(set_fails_with("executor.mode=bogus",
-                         "--set executor.mode: expected one of direct, fixed, cached, workstealing, got \"bogus\""));
+    CHECK(set_fails_with(
+        "executor.mode=bogus",
+        "--set executor.mode: expected one of direct, fixed, cached, workstealing, virtual, got \"bogus\""));
     CHECK(set_fails_with("executor.mode", "--set executor.mode: expected key.path=value"));
     CHECK(set_fails_with("=fixed", "expected key.path=value"));
     CHECK(set_fails_with("executor.moed=fixed", "--set executor.moed: unknown key \"moed\"; valid keys of executor: "

@@ -563,8 +563,11 @@ static void test_gauges(echod_exec_mode_t mode)
         echod_exec_submit(exec, t);
     }
     CHECK(echod_exec_queue_depth(exec) == 10);
-    /* virtual: the carrier and the unparker */
-    CHECK(echod_exec_threads(exec) == (mode == ECHOD_EXEC_VIRTUAL ? 2u : 1u));
+    /* virtual: the carrier and the unparker (which may still be starting) */
+    unsigned want_threads = mode == ECHOD_EXEC_VIRTUAL ? 2u : 1u;
+    for (int i = 0; i < 20000 && echod_exec_threads(exec) < want_threads; i++)
+        sleep_ms(1);
+    CHECK(echod_exec_threads(exec) == want_threads);
     CHECK(echod_exec_busy_threads(exec) == 1);
     atomic_store(&gate_open, 1);
     CHECK(wait_count(&gauge_done, 10, 10000));
