@@ -29,7 +29,7 @@ from echod_harness import (ROOT, SERVICE, SLOW, Daemon, EchoStub, echod_check_co
 from test_h2load import h2load  # noqa: E402
 
 ARMS_DIR = os.path.join(ROOT, "config", "arms")
-EXPECTED_ARMS = ("direct", "direct-drain", "cached", "fixed", "workstealing", "merged",
+EXPECTED_ARMS = ("direct", "direct-drain", "cached", "fixed", "workstealing", "virtual", "merged",
                  "coalesced", "merged-coalesced", "direct-serialized", "per-method")
 N = int(os.environ.get("ECHOD_ARMS_N", "200"))
 N_H2LOAD = int(os.environ.get("ECHOD_ARMS_H2LOAD_N", "2000"))
@@ -128,6 +128,11 @@ class Arms(unittest.TestCase):
             else:
                 self.assertGreaterEqual(dispatches, N, "%s: %d dispatches for %d calls" % (arm, dispatches, N))
                 self.assertLessEqual(dispatches, k * N, "%s: %d dispatches for %d calls" % (arm, dispatches, N))
+            if mode == "virtual":
+                started = metric_delta(m1, m0, "echod_executor_virtual_threads_started_total")
+                self.assertEqual(started, dispatches, "%s: a virtual thread per dispatch" % arm)
+                self.assertEqual(metric_delta(m1, m0, "echod_executor_virtual_thread_parks_total"), 0,
+                                 "%s: parks without sleeps" % arm)
             if mode == "direct":
                 self.assertEqual(loop_tasks, 0, "%s: direct executor but loop tasks" % arm)
             else:
