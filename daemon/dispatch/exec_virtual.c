@@ -118,6 +118,7 @@ static void note_peak(vexec_t *vx, const vstack_t *st)
     for (size_t i = 0; i < npages; i++) {
         if (!(vec[i] & 1))
             continue;
+        echod_fiber_stack_peek(lo + i * vx->page, vx->page);
         const uint64_t *w = (const uint64_t *)(lo + i * vx->page);
         while ((const char *)w < top && *w == 0)
             w++;

@@ -61,5 +61,7 @@ void echod_fiber_dispose(echod_fiber_t *f);
 /* Tells valgrind a stack exists / is gone (no-ops without valgrind). */
 unsigned echod_fiber_stack_register(void *lo, size_t size);
 void echod_fiber_stack_deregister(unsigned id);
+/* Before reading a suspended fiber's unused stack (the peak-use scan): valgrind is told it may. */
+void echod_fiber_stack_peek(void *lo, size_t size);
 
 #endif
