@@ -1,10 +1,10 @@
 /*
  * `virtual`: Executors.newVirtualThreadPerTaskExecutor() on JDK 21's default scheduler
  * (docs/virtual-threads.md). Every submitted task (a serializer drain) starts a new virtual
- * thread: a fiber whose stack comes from this executor's pool. Fibers are mounted by carriers,
- * which are a `workstealing` pool built inside this one (the JDK's ForkJoinPool in async mode:
- * own queues, stealing, parking): the carrier pool runs one small task per mount, and that task
- * switches into the fiber and back.
+ * thread, which runs on a stack (and that stack's fiber) from this executor's pool. Virtual
+ * threads are mounted by carriers, a `workstealing` pool built inside this one (the JDK's
+ * ForkJoinPool in async mode: own queues, stealing, parking): the carrier pool runs one small
+ * task per mount, and that task switches into the fiber and back.
  *
  * A fiber that sleeps (echod_exec_sleep) yields to its carrier, which then files it with the
  * unparker: one timer thread per executor ("VirtualThread-unparker" in the JDK) that resubmits it
@@ -33,7 +33,7 @@
 #include "dispatch/exec_internal.h"
 #include "dispatch/fiber.h"
 
-/* Ended virtual threads kept mapped for reuse; beyond this they are unmapped. */
+/* Stacks of ended virtual threads kept mapped for reuse; beyond this they are unmapped. */
 #define POOL_IDLE_MAX 64
 
 typedef enum { VT_NEW = 0, VT_RUNNING, VT_PARKING, VT_PARKED, VT_DONE } vt_state_t;
