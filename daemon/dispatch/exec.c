@@ -70,22 +70,18 @@ echod_exec_t *echod_exec_create(const echod_exec_config_t *cfg, const char *name
     }
     case ECHOD_EXEC_FIXED:
     case ECHOD_EXEC_WORKSTEALING:
-        if (threads > ECHOD_EXEC_MAX_THREADS) {
-            echod_exec__set_err(err, errlen, "executor: threads %u is above the limit of %u", threads,
-                                ECHOD_EXEC_MAX_THREADS);
-            return NULL;
-        }
-        return cfg->mode == ECHOD_EXEC_FIXED ? echod_exec__fixed_create(name, threads, err, errlen)
-                                             : echod_exec__workstealing_create(name, threads, err, errlen);
-    case ECHOD_EXEC_CACHED:
-        return echod_exec__cached_create(name, cfg->max_threads, cfg->keep_alive_ms, err, errlen);
     case ECHOD_EXEC_VIRTUAL:
         if (threads > ECHOD_EXEC_MAX_THREADS) {
             echod_exec__set_err(err, errlen, "executor: threads %u is above the limit of %u", threads,
                                 ECHOD_EXEC_MAX_THREADS);
             return NULL;
         }
-        return echod_exec__virtual_create(name, threads, cfg->stack_bytes, err, errlen);
+        if (cfg->mode == ECHOD_EXEC_VIRTUAL)
+            return echod_exec__virtual_create(name, threads, cfg->stack_bytes, err, errlen);
+        return cfg->mode == ECHOD_EXEC_FIXED ? echod_exec__fixed_create(name, threads, err, errlen)
+                                             : echod_exec__workstealing_create(name, threads, err, errlen);
+    case ECHOD_EXEC_CACHED:
+        return echod_exec__cached_create(name, cfg->max_threads, cfg->keep_alive_ms, err, errlen);
     }
     echod_exec__set_err(err, errlen, "executor: unknown mode %d", (int)cfg->mode);
     return NULL;
