@@ -91,9 +91,13 @@ class Arms(unittest.TestCase):
             m0 = d.metrics()
             for i in range(N):
                 self.assertEqual(stub.UnaryEcho("%s-%d" % (arm, i), timeout=T), "%s-%d" % (arm, i))
+            # A step is counted when submitted and counted again (echod_step_runs_total) when it
+            # runs: a scrape taken while the last closed step runs can read the runs before it
+            # and echod_calls_in_flight after it, so wait for the runs too.
             m1 = d.wait_metrics(
                 lambda m: metric_delta(m, m0, "echod_call_steps_total", step="closed") >= N
-                and m.metric("echod_calls_in_flight") == 0, what="%d closed steps" % N)
+                and m.metric("echod_calls_in_flight") == 0
+                and metric_delta(m, m0, "echod_step_runs_total") >= k * N, what="%d closed steps" % N)
 
             def steps(step):
                 return metric_delta(m1, m0, "echod_call_steps_total", step=step)
