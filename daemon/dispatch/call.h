@@ -50,15 +50,16 @@ struct echod_call {
     int final_code; /* the status the call ended with: written by the loop before `closed` */
     /* Synthetic work for this call: resolved on the loop when HEADERS completes, read-only after. */
     echod_work_t work;
-    char *work_error;             /* "echod-cpu-us: ..." when a work header was malformed: INVALID_ARGUMENT */
-    unsigned admitted : 1;        /* counted against limits.max_calls_in_flight */
-    atomic_int handler_started;   /* start_call ran: a deadline after this was not "expired in queue" */
-    echod_exec_sleeper_t sleeper; /* a handler's echod_call_sleep, which echod_call_cancel cuts short */
+    char *work_error;           /* "echod-cpu-us: ..." when a work header was malformed: INVALID_ARGUMENT */
+    unsigned admitted : 1;      /* counted against limits.max_calls_in_flight */
+    atomic_int handler_started; /* start_call ran: a deadline after this was not "expired in queue" */
     /* Server timing (telemetry.timing_trailer): steps add to these inside the serializer.
      * step_ended_ns, once a step has run handler code, is a clock read taken after the last of it
      * (do_message's or echod_call_close's), which the step then takes as its end. */
     uint64_t queue_ns, handler_ns, step_started_ns, step_ended_ns;
     echod_serializer_t serializer;
+    /* A handler's echod_call_sleep, which echod_call_cancel (the loop) cuts short. */
+    echod_exec_sleeper_t sleeper;
 
     struct {
         void *state;     /* the method's own */
