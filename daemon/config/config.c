@@ -67,7 +67,7 @@ struct method_map {
 _Static_assert(offsetof(echod_per_method_t, method) == 0, "per_method items start with the method path");
 _Static_assert(offsetof(echod_method_work_t, method) == 0, "per_method items start with the method path");
 
-static const char *const exec_mode_names[] = {"direct", "fixed", "cached", "workstealing", NULL};
+static const char *const exec_mode_names[] = {"direct", "fixed", "cached", "workstealing", "virtual", NULL};
 static const char *const flush_names[] = {"loop_tail", "read_complete", "immediate", NULL};
 static const char *const respond_names[] = {"request", "identity", "gzip", "deflate", NULL};
 static const char *const serialize_names[] = {"auto", "always", NULL};
@@ -94,6 +94,7 @@ static const key_def_t exec_keys[] = {
     {"threads", KEY_UINT, FIELD(echod_exec_config_t, threads), 0, 1024, NULL, NULL, NULL},
     {"max_threads", KEY_UINT, FIELD(echod_exec_config_t, max_threads), 0, 4096, NULL, NULL, NULL},
     {"keep_alive", KEY_DURATION, FIELD(echod_exec_config_t, keep_alive_ms), 0, MAX_DURATION_MS, NULL, NULL, NULL},
+    {"stack_bytes", KEY_UINT, FIELD(echod_exec_config_t, stack_bytes), 16384, 64u << 20, NULL, NULL, NULL},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
@@ -967,6 +968,7 @@ static void exec_defaults(echod_exec_config_t *exec)
     exec->threads = 0;
     exec->max_threads = 0;
     exec->keep_alive_ms = 60000;
+    exec->stack_bytes = ECHOD_EXEC_STACK_BYTES_DEFAULT; /* docs/virtual-threads.md: sized by measurement */
 }
 
 /* dispatch.per_method entries start from the built-in executor defaults, not from `executor`. */
@@ -1829,7 +1831,7 @@ const echod_work_t *echod_config_method_work(const echod_config_t *cfg, const ch
 
 const char *echod_exec_mode_name(echod_exec_mode_t mode)
 {
-    return (unsigned)mode < 4 ? exec_mode_names[mode] : "unknown";
+    return (unsigned)mode < 5 ? exec_mode_names[mode] : "unknown";
 }
 
 const char *echod_flush_name(echod_flush_t flush)

@@ -1,5 +1,7 @@
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "dispatch/call.h"
 #include "dispatch/dispatcher.h"
 #include "transport/conn.h"
@@ -33,6 +35,7 @@ echod_call_t *echod_call_new(echod_server_t *server, echod_loop_t *loop, echod_c
     atomic_init(&call->refs, 1);
     atomic_init(&call->cancelled, 0);
     atomic_init(&call->out_bytes, 0);
+    echod_exec_sleeper_init(&call->sleeper, &call->cancelled);
     call->server = server;
     call->loop = loop;
     call->conn = conn;
@@ -81,6 +84,22 @@ void echod_call_release(echod_call_t *call)
 int echod_call_is_cancelled(echod_call_t *call)
 {
     return atomic_load_explicit(&call->cancelled, memory_order_acquire);
+}
+
+void echod_call_cancel(echod_call_t *call)
+{
+    /* seq_cst: echod_exec_interrupt's protocol with a fiber that is parking right now */
+    atomic_store_explicit(&call->cancelled, 1, memory_order_seq_cst);
+    echod_exec_interrupt(&call->sleeper);
+}
+
+void echod_call_sleep(echod_call_t *call, uint32_t us)
+{
+    if (us == 0 || echod_exec_sleep(&call->sleeper, (uint64_t)us * 1000) == 0)
+        return;
+    struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
 }
 
 int echod_call_is_ready(echod_call_t *call)
@@ -381,7 +400,7 @@ static void report_deframe_error(echod_call_t *call)
         snprintf(msg, sizeof(msg), "Invalid gRPC message flags");
         break;
     }
-    atomic_store_explicit(&call->cancelled, 1, memory_order_release);
+    echod_call_cancel(call);
     echod_conn_close_call(call, code, msg, NULL);
 }
 

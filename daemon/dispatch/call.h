@@ -62,6 +62,8 @@ struct echod_call {
      * (do_message's or echod_call_close's), which the step then takes as its end. */
     uint64_t queue_ns, handler_ns, step_started_ns, step_ended_ns;
     echod_serializer_t serializer;
+    /* A handler's echod_call_sleep, which echod_call_cancel (the loop) cuts short. */
+    echod_exec_sleeper_t sleeper;
 
     struct {
         void *state;          /* the method's own */
@@ -122,6 +124,12 @@ void echod_call_release(echod_call_t *call);
  */
 void echod_call_pump(echod_call_t *call);
 
+/*
+ * Loop thread: the stream was reset, timed out, cut by drain or died. Handlers see
+ * echod_call_is_cancelled, and a handler parked in echod_call_sleep wakes now.
+ */
+void echod_call_cancel(echod_call_t *call);
+
 /* Loop thread, outside steps: makes on_ready due again (a health watch's status changed) and
  * pumps, so that like every step it is submitted by the pump, which holds the call. */
 void echod_call_wake_ready(echod_call_t *call);
@@ -137,5 +145,10 @@ void echod_call_close(echod_call_t *call, int code, const char *message);
 /* True while the handler's queued bytes are below transport.max_send_buffer_bytes. */
 int echod_call_is_ready(echod_call_t *call);
 int echod_call_is_cancelled(echod_call_t *call);
+/*
+ * Sleeps `us` microseconds (echod-sleep-us). On a virtual thread it parks, freeing the carrier,
+ * and a cancel wakes it early; on any other thread it blocks the thread for the whole time.
+ */
+void echod_call_sleep(echod_call_t *call, uint32_t us);
 
 #endif

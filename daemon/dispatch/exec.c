@@ -54,7 +54,8 @@ void echod_exec__init(echod_exec_t *exec, const echod_exec_ops_t *ops, echod_exe
 echod_exec_t *echod_exec_create(const echod_exec_config_t *cfg, const char *name, char *err, size_t errlen)
 {
     unsigned threads = cfg->threads;
-    if (threads == 0 && (cfg->mode == ECHOD_EXEC_FIXED || cfg->mode == ECHOD_EXEC_WORKSTEALING))
+    if (threads == 0 &&
+        (cfg->mode == ECHOD_EXEC_FIXED || cfg->mode == ECHOD_EXEC_WORKSTEALING || cfg->mode == ECHOD_EXEC_VIRTUAL))
         threads = echod_exec_available_cpus();
 
     switch (cfg->mode) {
@@ -70,11 +71,14 @@ echod_exec_t *echod_exec_create(const echod_exec_config_t *cfg, const char *name
     }
     case ECHOD_EXEC_FIXED:
     case ECHOD_EXEC_WORKSTEALING:
+    case ECHOD_EXEC_VIRTUAL:
         if (threads > ECHOD_EXEC_MAX_THREADS) {
             echod_exec__set_err(err, errlen, "executor: threads %u is above the limit of %u", threads,
                                 ECHOD_EXEC_MAX_THREADS);
             return NULL;
         }
+        if (cfg->mode == ECHOD_EXEC_VIRTUAL)
+            return echod_exec__virtual_create(name, threads, cfg->stack_bytes, err, errlen);
         return cfg->mode == ECHOD_EXEC_FIXED ? echod_exec__fixed_create(name, threads, err, errlen)
                                              : echod_exec__workstealing_create(name, threads, err, errlen);
     case ECHOD_EXEC_CACHED:
@@ -130,7 +134,17 @@ unsigned echod_exec_queue_depth(const echod_exec_t *exec)
 
 unsigned echod_exec_threads(const echod_exec_t *exec)
 {
+    if (exec->ops != NULL && exec->ops->threads != NULL)
+        return exec->ops->threads(exec);
     return atomic_load_explicit(&exec->threads, memory_order_relaxed);
+}
+
+int echod_exec_vthreads(const echod_exec_t *exec, echod_exec_vthreads_t *out)
+{
+    if (exec->ops == NULL || exec->ops->vthreads == NULL)
+        return 0;
+    exec->ops->vthreads(exec, out);
+    return 1;
 }
 
 unsigned echod_exec_busy_threads(const echod_exec_t *exec)

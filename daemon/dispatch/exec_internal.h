@@ -29,6 +29,10 @@ typedef struct echod_exec_ops {
     void (*destroy)(echod_exec_t *exec);
     unsigned (*queue_depth)(const echod_exec_t *exec);
     unsigned (*busy_threads)(const echod_exec_t *exec);
+    /* Optional (NULL: the header's `threads` gauge): for an executor built on another one. */
+    unsigned (*threads)(const echod_exec_t *exec);
+    /* Optional: virtual threads only (echod_exec_vthreads). */
+    void (*vthreads)(const echod_exec_t *exec, echod_exec_vthreads_t *out);
 } echod_exec_ops_t;
 
 /* Every mode's struct begins with this, so an echod_exec_t * converts to the mode's type. */
@@ -102,5 +106,7 @@ echod_exec_t *echod_exec__fixed_create(const char *name, unsigned threads, char 
 echod_exec_t *echod_exec__cached_create(const char *name, unsigned max_threads, uint64_t keep_alive_ms, char *err,
                                         size_t errlen);
 echod_exec_t *echod_exec__workstealing_create(const char *name, unsigned threads, char *err, size_t errlen);
+echod_exec_t *echod_exec__virtual_create(const char *name, unsigned threads, size_t stack_bytes, char *err,
+                                         size_t errlen);
 
 #endif

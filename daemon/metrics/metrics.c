@@ -486,6 +486,49 @@ static void render_dispatch(mbuf_t *b)
     histogram_series(b, "echod_flush_bytes", "", &echod_metrics.flush_bytes);
 }
 
+/* executor.mode virtual: its virtual threads (one per dispatch), parks and stacks. */
+static void render_virtual_threads(mbuf_t *b, size_t n, const mbuf_t *labels)
+{
+    echod_exec_vthreads_t vt[ECHOD_METRICS_MAX_EXECUTORS];
+    int is_virtual[ECHOD_METRICS_MAX_EXECUTORS], any = 0;
+    for (size_t i = 0; i < n; ++i)
+        any |= is_virtual[i] =
+            echod_metrics.execs[i].exec != NULL && echod_exec_vthreads(echod_metrics.execs[i].exec, &vt[i]);
+    if (!any)
+        return;
+    family(b, "echod_executor_virtual_threads_started_total", "counter",
+           "Virtual threads started: one per task (serializer drain) submitted.");
+    for (size_t i = 0; i < n; ++i)
+        if (is_virtual[i])
+            mbuf_printf(b, "echod_executor_virtual_threads_started_total{%s} %" PRIu64 "\n", labels[i].base,
+                        vt[i].started);
+    family(b, "echod_executor_virtual_thread_parks_total", "counter",
+           "Sleeps (echod-sleep-us) that unmounted a virtual thread and freed its carrier.");
+    for (size_t i = 0; i < n; ++i)
+        if (is_virtual[i])
+            mbuf_printf(b, "echod_executor_virtual_thread_parks_total{%s} %" PRIu64 "\n", labels[i].base, vt[i].parks);
+    family(b, "echod_executor_virtual_thread_unparks_total", "counter",
+           "Parked virtual threads resubmitted to a carrier: by the unparker at their time, or early on cancel.");
+    for (size_t i = 0; i < n; ++i)
+        if (is_virtual[i])
+            mbuf_printf(b, "echod_executor_virtual_thread_unparks_total{%s} %" PRIu64 "\n", labels[i].base,
+                        vt[i].unparks);
+    family(b, "echod_executor_virtual_threads", "gauge", "Virtual threads alive (running, queued or parked).");
+    for (size_t i = 0; i < n; ++i)
+        if (is_virtual[i])
+            mbuf_printf(b, "echod_executor_virtual_threads{%s} %u\n", labels[i].base, vt[i].live);
+    family(b, "echod_executor_virtual_stack_bytes", "gauge",
+           "Stack size of each virtual thread (executor.stack_bytes).");
+    for (size_t i = 0; i < n; ++i)
+        if (is_virtual[i])
+            mbuf_printf(b, "echod_executor_virtual_stack_bytes{%s} %zu\n", labels[i].base, vt[i].stack_bytes);
+    family(b, "echod_executor_virtual_stack_peak_bytes", "gauge",
+           "Deepest stack use seen on a virtual thread that has ended (for sizing executor.stack_bytes).");
+    for (size_t i = 0; i < n; ++i)
+        if (is_virtual[i])
+            mbuf_printf(b, "echod_executor_virtual_stack_peak_bytes{%s} %zu\n", labels[i].base, vt[i].stack_peak_bytes);
+}
+
 static void render_executors(mbuf_t *b)
 {
     size_t n = atomic_load_explicit(&echod_metrics.nexecs, memory_order_acquire);
@@ -526,6 +569,8 @@ static void render_executors(mbuf_t *b)
     family(b, "echod_executor_queue_wait_seconds", "histogram", "Time a task waited between submit and run.");
     for (size_t i = 0; i < n; ++i)
         histogram_series(b, "echod_executor_queue_wait_seconds", labels[i].base, &echod_metrics.execs[i].queue_wait);
+
+    render_virtual_threads(b, n, labels);
 
 Exit:
     for (size_t i = 0; i < n; ++i)

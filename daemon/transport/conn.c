@@ -361,7 +361,7 @@ static void stream_closed(echod_call_t *call)
     if (call->io.drain_open && !call->io.drain_cut)
         ECHOD_COUNT(echod_metrics.drain_streams_finished);
     if (!call->io.trailers_sent)
-        atomic_store_explicit(&call->cancelled, 1, memory_order_release);
+        echod_call_cancel(call);
     h2o_timeout_unlink(&call->io.deadline);
     unlink_call(call);
     touch(call);
@@ -571,7 +571,7 @@ static void on_deadline(h2o_timeout_entry_t *entry)
     call->io.expired = 1;
     if (!atomic_load_explicit(&call->handler_started, memory_order_acquire))
         ECHOD_COUNT(echod_metrics.deadline_expired_queued);
-    atomic_store_explicit(&call->cancelled, 1, memory_order_release);
+    echod_call_cancel(call);
     echod_conn_close_call(call, ECHOD_DEADLINE_EXCEEDED, "Deadline exceeded", NULL);
     conn_process(conn);
 }
@@ -1063,7 +1063,7 @@ void echod_conn_cut(echod_conn_t *conn)
         call->io.drain_cut = 1;
         if (call->io.drain_open) /* a max_connection_age grace cut is not a drain cut */
             ECHOD_COUNT(echod_metrics.drain_streams_cut);
-        atomic_store_explicit(&call->cancelled, 1, memory_order_release);
+        echod_call_cancel(call);
         echod_conn_close_call(call, ECHOD_UNAVAILABLE, "Server shutting down: shutdown.drain_timeout passed", NULL);
     }
     final_goaway(conn);

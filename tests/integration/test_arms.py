@@ -29,7 +29,7 @@ from echod_harness import (ROOT, SERVICE, SLOW, Daemon, EchoStub, echod_check_co
 from test_h2load import h2load  # noqa: E402
 
 ARMS_DIR = os.path.join(ROOT, "config", "arms")
-EXPECTED_ARMS = ("direct", "direct-drain", "cached", "fixed", "workstealing", "merged",
+EXPECTED_ARMS = ("direct", "direct-drain", "cached", "fixed", "workstealing", "virtual", "merged",
                  "coalesced", "merged-coalesced", "direct-serialized", "per-method", "fixed-unwrapped")
 N = int(os.environ.get("ECHOD_ARMS_N", "200"))
 N_H2LOAD = int(os.environ.get("ECHOD_ARMS_H2LOAD_N", "2000"))
@@ -101,9 +101,13 @@ class Arms(unittest.TestCase):
             m0 = d.metrics()
             for i in range(N):
                 self.assertEqual(stub.UnaryEcho("%s-%d" % (arm, i), timeout=T), "%s-%d" % (arm, i))
+            # A step is counted when submitted and counted again (echod_step_runs_total) when it
+            # runs: a scrape taken while the last closed step runs can read the runs before it
+            # and echod_calls_in_flight after it, so wait for the runs too.
             m1 = d.wait_metrics(
                 lambda m: metric_delta(m, m0, "echod_call_steps_total", step="closed") >= N
-                and m.metric("echod_calls_in_flight") == 0, what="%d closed steps" % N)
+                and m.metric("echod_calls_in_flight") == 0
+                and metric_delta(m, m0, "echod_step_runs_total") >= k * N, what="%d closed steps" % N)
 
             def steps(step):
                 return metric_delta(m1, m0, "echod_call_steps_total", step=step)
@@ -140,6 +144,11 @@ class Arms(unittest.TestCase):
             else:
                 self.assertGreaterEqual(dispatches, N, "%s: %d dispatches for %d calls" % (arm, dispatches, N))
                 self.assertLessEqual(dispatches, k * N, "%s: %d dispatches for %d calls" % (arm, dispatches, N))
+            if mode == "virtual":
+                started = metric_delta(m1, m0, "echod_executor_virtual_threads_started_total")
+                self.assertEqual(started, dispatches, "%s: a virtual thread per dispatch" % arm)
+                self.assertEqual(metric_delta(m1, m0, "echod_executor_virtual_thread_parks_total"), 0,
+                                 "%s: parks without sleeps" % arm)
             if mode == "direct":
                 self.assertEqual(loop_tasks, 0, "%s: direct executor but loop tasks" % arm)
             else:
