@@ -214,7 +214,7 @@ static void test_arms(void)
         n++;
     }
     closedir(d);
-    CHECK(n == 12);
+    CHECK(n == 13);
 
     /* Spot-check that each arm says what its name promises. */
     echod_config_t cfg;
