@@ -196,6 +196,7 @@ int main(int argc, char **argv)
             return EXIT_CONFIG;
         }
     }
+    echod_admin_set_serving(admin); /* every thread runs now: /readyz 200 */
     echod_info("echod %s arm=%s grpc=%s%s admin=%s%s%s executor=%s serialize=%s flush=%s loops=%u", ECHOD_VERSION,
                cfg.arm, cfg.listen.grpc, server.ssl_ctx != NULL ? " (tls)" : "", cfg.listen.admin,
                cfg.listen.rest[0] != '\0' ? " rest=" : "", cfg.listen.rest, echod_exec_mode_name(cfg.executor.mode),

@@ -7,11 +7,13 @@
 #                              build/ (release), then again in build-asan/ (AddressSanitizer +
 #                              UndefinedBehaviorSanitizer) and build-tsan/ (ThreadSanitizer);
 #                              tests/lsan.supp and tests/tsan.supp are used when present; then
-#                              the libFuzzer targets (tests/fuzz/run.sh) and valgrind memcheck
-#                              over part of the integration suite (tests/memcheck.sh)
+#                              the libFuzzer targets (tests/fuzz/run.sh), valgrind memcheck
+#                              over part of the integration suite (tests/memcheck.sh), and the
+#                              container image built with podman and run (tests/image/check.py;
+#                              skipped, with the reason, where podman cannot run)
 #
 # Environment:
-#   ECHOD_SUITES   which checks to run, default "release asan tsan fuzz memcheck"
+#   ECHOD_SUITES   which checks to run, default "release asan tsan fuzz memcheck image"
 #   ECHOD_FUZZ_SECONDS  seconds per fuzz target (default 30)
 #   MESON_TEST_ARGS extra arguments for every `meson test` (e.g. "--suite integration")
 set -euo pipefail
@@ -31,6 +33,9 @@ BUILD_PKGS=(meson ninja-build pkg-config gcc libc6-dev libh2o-evloop-dev libnght
 # regression check; clang + its runtime: the libFuzzer targets.
 TEST_PKGS=(python3 python3-grpcio python3-grpc-tools python3-h2 python3-yaml python3-matplotlib nghttp2-client
            openssl valgrind clang libclang-rt-14-dev)
+# The image check: podman with runc (crun, podman's default, fails on hybrid cgroup hosts),
+# mmdebstrap for the local debian:bookworm(-slim) bases, git for the build context.
+IMAGE_PKGS=(podman runc mmdebstrap git)
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -67,7 +72,7 @@ install_packages() {
 install_deps() {
     local pkgs=("${BUILD_PKGS[@]}")
     if [ "$1" = test ]; then
-        pkgs+=("${TEST_PKGS[@]}")
+        pkgs+=("${TEST_PKGS[@]}" "${IMAGE_PKGS[@]}")
         # A node that is already on the machine (another distribution of it) is kept.
         if ! command -v node >/dev/null 2>&1; then
             pkgs+=(nodejs npm)
@@ -118,6 +123,7 @@ TOTAL_PASSED=0
 TOTAL_FAILED=0
 TOTAL_SKIPPED=0
 FAILED_SUITES=()
+SKIPPED_SUITES=()
 
 # count_results DIR NAME: adds DIR's meson test results to the totals and prints them.
 count_results() {
@@ -188,14 +194,21 @@ run_suite() {
     fi
 }
 
-# run_script NAME COMMAND...: a check that is a script rather than a meson suite; one result.
+# run_script NAME COMMAND...: a check that is a script rather than a meson suite; one result
+# (exit 77: skipped, the script says why).
 run_script() {
     local name=$1
     shift
     log "check '$name': $*"
-    if "$@"; then
+    local rc=0
+    "$@" || rc=$?
+    if [ "$rc" -eq 0 ]; then
         log "$name: passed"
         TOTAL_PASSED=$((TOTAL_PASSED + 1))
+    elif [ "$rc" -eq 77 ]; then
+        log "$name: skipped"
+        TOTAL_SKIPPED=$((TOTAL_SKIPPED + 1))
+        SKIPPED_SUITES+=("$name")
     else
         log "$name: FAILED"
         TOTAL_FAILED=$((TOTAL_FAILED + 1))
@@ -204,7 +217,7 @@ run_script() {
 }
 
 run_tests() {
-    local suites=${ECHOD_SUITES:-release asan tsan fuzz memcheck}
+    local suites=${ECHOD_SUITES:-release asan tsan fuzz memcheck image}
     local s tsan_opts lsan_opts
     for s in $suites; do
         case $s in
@@ -238,6 +251,10 @@ run_tests() {
             # the release binary of the first suite, under valgrind, over part of the integration suite
             run_script memcheck env ECHOD_BIN="$ROOT/build/daemon/echod" tests/memcheck.sh
             ;;
+        image)
+            # deploy/Dockerfile built with podman from this checkout and run (deploy/README.md)
+            run_script image /usr/bin/python3 tests/image/check.py
+            ;;
         *)
             log "unknown suite '$s' in ECHOD_SUITES"
             exit 2
@@ -247,6 +264,9 @@ run_tests() {
     echo
     if [ "${#FAILED_SUITES[@]}" -gt 0 ]; then
         log "failed: ${FAILED_SUITES[*]}"
+    fi
+    if [ "${#SKIPPED_SUITES[@]}" -gt 0 ]; then
+        log "skipped: ${SKIPPED_SUITES[*]}"
     fi
     echo "$TOTAL_PASSED passed, $TOTAL_FAILED failed, $TOTAL_SKIPPED skipped"
     [ "${#FAILED_SUITES[@]}" -eq 0 ] && [ "$TOTAL_FAILED" -eq 0 ]

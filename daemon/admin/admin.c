@@ -33,6 +33,13 @@
 /* How long stop waits for open admin connections to wind down before giving up on them. */
 #define ADMIN_DRAIN_MS 2000
 
+/* What /readyz says; only ever moves forward. */
+typedef enum {
+    ECHOD_ADMIN_STARTING = 0,
+    ECHOD_ADMIN_SERVING,
+    ECHOD_ADMIN_DRAINING,
+} echod_admin_state_t;
+
 struct echod_admin {
     char addr[128]; /* as given, for log lines */
     int fd;         /* listening socket; owned by `listener` once the thread has wrapped it */
@@ -41,7 +48,7 @@ struct echod_admin {
     sem_t ready; /* posted by the admin thread once the wake-up receiver exists */
     sem_t woken; /* posted by stop once its wake-up write is done; only then may the pipe close */
     _Atomic int stopping;
-    _Atomic int draining;
+    _Atomic int state; /* echod_admin_state_t */
 
     /* admin thread only, between `ready` and the end of the thread */
     h2o_evloop_t *loop;
@@ -137,10 +144,12 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
         free(body);
     } else if (path_is(req, "/healthz")) {
         respond_text(req, 200, "OK", "ok\n");
-    } else if (!atomic_load_explicit(&admin->draining, memory_order_relaxed)) {
-        respond_text(req, 200, "OK", "ready\n");
     } else {
-        respond_text(req, 503, "Service Unavailable", "draining\n");
+        echod_admin_state_t state = atomic_load_explicit(&admin->state, memory_order_relaxed);
+        if (state == ECHOD_ADMIN_SERVING)
+            respond_text(req, 200, "OK", "ready\n");
+        else
+            respond_text(req, 503, "Service Unavailable", state == ECHOD_ADMIN_STARTING ? "starting\n" : "draining\n");
     }
     return 0;
 }
@@ -277,9 +286,15 @@ int echod_admin_port(const echod_admin_t *admin)
     return admin->port;
 }
 
+void echod_admin_set_serving(echod_admin_t *admin)
+{
+    int starting = ECHOD_ADMIN_STARTING;
+    atomic_compare_exchange_strong(&admin->state, &starting, ECHOD_ADMIN_SERVING);
+}
+
 void echod_admin_set_draining(echod_admin_t *admin)
 {
-    atomic_store_explicit(&admin->draining, 1, memory_order_relaxed);
+    atomic_store_explicit(&admin->state, ECHOD_ADMIN_DRAINING, memory_order_relaxed);
 }
 
 void echod_admin_stop(echod_admin_t *admin)

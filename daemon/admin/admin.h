@@ -18,7 +18,12 @@ echod_admin_t *echod_admin_start(const char *listen, char *err, size_t errlen);
 /* The port actually bound (useful when "host:0" was asked for). Any thread. */
 int echod_admin_port(const echod_admin_t *admin);
 
-/* Makes /readyz answer 503 (shutdown has begun). Any thread. */
+/*
+ * /readyz: 503 "starting" from echod_admin_start until echod_admin_set_serving (main calls it
+ * once every loop and executor thread runs: /metrics is then the whole daemon), 200 "ready"
+ * until echod_admin_set_draining, then 503 "draining". Any thread.
+ */
+void echod_admin_set_serving(echod_admin_t *admin);
 void echod_admin_set_draining(echod_admin_t *admin);
 
 /*

@@ -69,7 +69,7 @@ struct method_map {
 _Static_assert(offsetof(echod_per_method_t, method) == 0, "per_method items start with the method path");
 _Static_assert(offsetof(echod_method_work_t, method) == 0, "per_method items start with the method path");
 
-static const char *const exec_mode_names[] = {"direct", "fixed", "cached", "workstealing", NULL};
+static const char *const exec_mode_names[] = {"direct", "fixed", "cached", "workstealing", "virtual", NULL};
 static const char *const flush_names[] = {"loop_tail", "read_complete", "immediate", NULL};
 static const char *const respond_names[] = {"request", "identity", "gzip", "deflate", NULL};
 static const char *const serialize_names[] = {"auto", "always", NULL};
@@ -96,6 +96,7 @@ static const key_def_t exec_keys[] = {
     {"threads", KEY_UINT, FIELD(echod_exec_config_t, threads), 0, 1024, NULL, NULL, NULL},
     {"max_threads", KEY_UINT, FIELD(echod_exec_config_t, max_threads), 0, 4096, NULL, NULL, NULL},
     {"keep_alive", KEY_DURATION, FIELD(echod_exec_config_t, keep_alive_ms), 0, MAX_DURATION_MS, NULL, NULL, NULL},
+    {"stack_bytes", KEY_UINT, FIELD(echod_exec_config_t, stack_bytes), 16384, 64u << 20, NULL, NULL, NULL},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
@@ -198,6 +199,7 @@ static const key_def_t limits_keys[] = {
 
 static const key_def_t dispatch_keys[] = {
     {"serialize", KEY_ENUM, FIELD(echod_config_t, dispatch.serialize), 0, 0, serialize_names, NULL, NULL},
+    {"unwrap_sequential", KEY_BOOL, FIELD(echod_config_t, dispatch.unwrap_sequential), 0, 0, NULL, NULL, NULL},
     {"merge_lookup_and_start", KEY_BOOL, FIELD(echod_config_t, dispatch.merge_lookup_and_start), 0, 0, NULL, NULL,
      NULL},
     {"coalesce_end_stream", KEY_BOOL, FIELD(echod_config_t, dispatch.coalesce_end_stream), 0, 0, NULL, NULL, NULL},
@@ -922,6 +924,7 @@ static void exec_defaults(echod_exec_config_t *exec)
     exec->threads = 0;
     exec->max_threads = 0;
     exec->keep_alive_ms = 60000;
+    exec->stack_bytes = ECHOD_EXEC_STACK_BYTES_DEFAULT; /* docs/virtual-threads.md: sized by measurement */
 }
 
 /* dispatch.per_method entries start from the built-in executor defaults, not from `executor`. */
@@ -1156,6 +1159,7 @@ void echod_config_init(echod_config_t *cfg)
     cfg->limits.max_connections = 0;
     exec_defaults(&cfg->executor);
     cfg->dispatch.serialize = ECHOD_SERIALIZE_AUTO;
+    cfg->dispatch.unwrap_sequential = false;
     cfg->dispatch.merge_lookup_and_start = false;
     cfg->dispatch.coalesce_end_stream = false;
     cfg->echo.server_streaming_count = 10;
@@ -1783,7 +1787,7 @@ const echod_work_t *echod_config_method_work(const echod_config_t *cfg, const ch
 
 const char *echod_exec_mode_name(echod_exec_mode_t mode)
 {
-    return (unsigned)mode < 4 ? exec_mode_names[mode] : "unknown";
+    return (unsigned)mode < 5 ? exec_mode_names[mode] : "unknown";
 }
 
 const char *echod_flush_name(echod_flush_t flush)

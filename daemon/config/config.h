@@ -13,17 +13,22 @@
 #include "util/log.h"
 
 typedef enum {
-    ECHOD_EXEC_DIRECT = 0,  /* run steps on the calling (loop) thread */
-    ECHOD_EXEC_FIXED,       /* n threads, one shared FIFO under one lock */
-    ECHOD_EXEC_CACHED,      /* hand-off to an idle thread or start one; idle threads expire */
-    ECHOD_EXEC_WORKSTEALING /* n carriers with their own deques; idle carriers steal */
+    ECHOD_EXEC_DIRECT = 0,   /* run steps on the calling (loop) thread */
+    ECHOD_EXEC_FIXED,        /* n threads, one shared FIFO under one lock */
+    ECHOD_EXEC_CACHED,       /* hand-off to an idle thread or start one; idle threads expire */
+    ECHOD_EXEC_WORKSTEALING, /* n carriers with their own deques; idle carriers steal */
+    ECHOD_EXEC_VIRTUAL       /* a virtual thread (fiber) per task on workstealing carriers; sleeps park */
 } echod_exec_mode_t;
+
+/* executor.stack_bytes when not set (0 in an echod_exec_config_t means this too). */
+#define ECHOD_EXEC_STACK_BYTES_DEFAULT (64 * 1024)
 
 typedef struct {
     echod_exec_mode_t mode;
-    unsigned threads;       /* fixed, workstealing: 0 = CPUs the process may use */
+    unsigned threads;       /* fixed, workstealing, virtual: 0 = CPUs the process may use */
     unsigned max_threads;   /* cached: 0 = no cap */
     uint64_t keep_alive_ms; /* cached: idle threads exit after this */
+    size_t stack_bytes;     /* virtual: each virtual thread's stack (a guard page comes on top) */
 } echod_exec_config_t;
 
 typedef struct {
@@ -124,6 +129,8 @@ typedef struct echod_config {
     echod_exec_config_t executor;
     struct {
         echod_serialize_t serialize;
+        /* grpc-java PR #5521 (never merged): a one-thread FIFO executor gets no serializer */
+        bool unwrap_sequential;
         bool merge_lookup_and_start;
         bool coalesce_end_stream;
         echod_sched_policy_t sched_policy;

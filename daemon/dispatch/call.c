@@ -1,6 +1,8 @@
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "dispatch/call.h"
 #include "services/work.h"
 #include "util/clock.h"
@@ -25,6 +27,7 @@ void echod_call_init(echod_call_t *call, const echod_call_ops_t *ops, const echo
     atomic_init(&call->cancelled, 0);
     atomic_init(&call->out_bytes, 0);
     call->dispatcher = dispatcher;
+    echod_exec_sleeper_init(&call->sleeper, &call->cancelled);
     call->started_ns = echod_now_ns();
     echod_serializer_init(&call->serializer, dispatcher->exec, dispatcher->exec_metrics, dispatcher->mode);
     call->serializer.owner_retain = serializer_retain;
@@ -53,6 +56,22 @@ void echod_call_release(echod_call_t *call)
 int echod_call_is_cancelled(echod_call_t *call)
 {
     return atomic_load_explicit(&call->cancelled, memory_order_acquire);
+}
+
+void echod_call_cancel(echod_call_t *call)
+{
+    /* seq_cst: echod_exec_interrupt's protocol with a fiber that is parking right now */
+    atomic_store_explicit(&call->cancelled, 1, memory_order_seq_cst);
+    echod_exec_interrupt(&call->sleeper);
+}
+
+void echod_call_sleep(echod_call_t *call, uint32_t us)
+{
+    if (us == 0 || echod_exec_sleep(&call->sleeper, (uint64_t)us * 1000) == 0)
+        return;
+    struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
 }
 
 int echod_call_is_ready(echod_call_t *call)

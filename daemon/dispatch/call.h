@@ -96,6 +96,8 @@ struct echod_call {
         uint64_t ns;
     } chain;
     echod_serializer_t serializer;
+    /* A handler's echod_call_sleep, which echod_call_cancel (the loop) cuts short. */
+    echod_exec_sleeper_t sleeper;
 
     struct {
         void *state;          /* the method's own */
@@ -126,6 +128,12 @@ echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_t *over, uns
  * the transport's pump calls it, holding a reference (the inline runner takes none). */
 void echod_call_submit(echod_call_t *call, echod_step_kind_t kind, echod_msg_t *msg);
 
+/*
+ * Home thread: the stream was reset, timed out, cut by drain or died. Handlers see
+ * echod_call_is_cancelled, and a handler parked in echod_call_sleep wakes now.
+ */
+void echod_call_cancel(echod_call_t *call);
+
 /* --- for handlers (inside steps, any thread, unless said otherwise) --- */
 
 /* Asks for n more messages (flow control: bytes return to the window as they are delivered). */
@@ -143,5 +151,10 @@ void echod_call_wake_ready(echod_call_t *call);
 /* The server's config and methods, read-only. */
 const echod_config_t *echod_call_config(const echod_call_t *call);
 const echod_registry_t *echod_call_registry(const echod_call_t *call);
+/*
+ * Sleeps `us` microseconds (echod-sleep-us). On a virtual thread it parks, freeing the carrier,
+ * and a cancel wakes it early; on any other thread it blocks the thread for the whole time.
+ */
+void echod_call_sleep(echod_call_t *call, uint32_t us);
 
 #endif

@@ -5,8 +5,10 @@
 #include "dispatch/dispatcher.h"
 
 /*
- * grpc-java wraps only what needs wrapping: direct gets the reentrancy-safe inline runner when no
- * executor supplier is set; the proposal adds single-thread FIFOs, which serialize by themselves.
+ * Stock grpc-java (ServerImpl.streamCreatedInternal): the reentrancy-safe inline runner for
+ * direct when no executor supplier is set, a SerializingExecutor around every other executor,
+ * one-thread FIFOs included. dispatch.unwrap_sequential is the proposal of grpc-java PR #5521
+ * (never merged): a one-thread FIFO serializes by itself, so its steps pass straight through.
  * Judged on the executor as built, so `threads: 0` in a 1-CPU pod counts as one thread.
  */
 static echod_ser_mode_t pick_mode(const echod_config_t *cfg, const echod_exec_t *exec)
@@ -15,7 +17,7 @@ static echod_ser_mode_t pick_mode(const echod_config_t *cfg, const echod_exec_t 
         return ECHOD_SER_SERIALIZING;
     if (echod_exec_is_direct(exec))
         return ECHOD_SER_INLINE;
-    if (echod_exec_is_sequential(exec))
+    if (cfg->dispatch.unwrap_sequential && echod_exec_is_sequential(exec))
         return ECHOD_SER_PASSTHROUGH;
     return ECHOD_SER_SERIALIZING;
 }

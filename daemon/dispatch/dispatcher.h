@@ -1,8 +1,8 @@
 /*
  * Which executor and which serializer wrapper a call gets (docs/dispatch-model.md, sections 3 and 4): the
  * default executor, the per-method executors (ServerCallExecutorSupplier) and the rule that
- * picks inline / pass-through / serializing. Built on the main thread at start-up, read-only
- * while serving, torn down after the loops stopped.
+ * picks inline / serializing (pass-through with dispatch.unwrap_sequential). Built on the main thread at start-up,
+ * read-only while serving, torn down after the loops stopped.
  */
 #ifndef ECHOD_DISPATCHER_H
 #define ECHOD_DISPATCHER_H

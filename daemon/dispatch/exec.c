@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dispatch/exec_internal.h"
+#include "util/cgroup.h"
 
 /* Which executor the calling thread works for; NULL on every thread that is not a worker. */
 static _Thread_local echod_exec_t *current_exec;
@@ -43,7 +44,8 @@ void echod_exec__init(echod_exec_t *exec, const echod_exec_ops_t *ops, echod_exe
 echod_exec_t *echod_exec_create(const echod_exec_config_t *cfg, const char *name, char *err, size_t errlen)
 {
     unsigned threads = cfg->threads;
-    if (threads == 0 && (cfg->mode == ECHOD_EXEC_FIXED || cfg->mode == ECHOD_EXEC_WORKSTEALING))
+    if (threads == 0 &&
+        (cfg->mode == ECHOD_EXEC_FIXED || cfg->mode == ECHOD_EXEC_WORKSTEALING || cfg->mode == ECHOD_EXEC_VIRTUAL))
         threads = echod_exec_available_cpus();
 
     switch (cfg->mode) {
@@ -59,11 +61,14 @@ echod_exec_t *echod_exec_create(const echod_exec_config_t *cfg, const char *name
     }
     case ECHOD_EXEC_FIXED:
     case ECHOD_EXEC_WORKSTEALING:
+    case ECHOD_EXEC_VIRTUAL:
         if (threads > ECHOD_EXEC_MAX_THREADS) {
             echod_set_err(err, errlen, "executor: threads %u is above the limit of %u", threads,
                           ECHOD_EXEC_MAX_THREADS);
             return NULL;
         }
+        if (cfg->mode == ECHOD_EXEC_VIRTUAL)
+            return echod_exec__virtual_create(name, threads, cfg->stack_bytes, err, errlen);
         return cfg->mode == ECHOD_EXEC_FIXED ? echod_exec__fixed_create(name, threads, err, errlen)
                                              : echod_exec__workstealing_create(name, threads, err, errlen);
     case ECHOD_EXEC_CACHED:
@@ -119,7 +124,17 @@ unsigned echod_exec_queue_depth(const echod_exec_t *exec)
 
 unsigned echod_exec_threads(const echod_exec_t *exec)
 {
+    if (exec->ops != NULL && exec->ops->threads != NULL)
+        return exec->ops->threads(exec);
     return atomic_load_explicit(&exec->threads, memory_order_relaxed);
+}
+
+int echod_exec_vthreads(const echod_exec_t *exec, echod_exec_vthreads_t *out)
+{
+    if (exec->ops == NULL || exec->ops->vthreads == NULL)
+        return 0;
+    exec->ops->vthreads(exec, out);
+    return 1;
 }
 
 unsigned echod_exec_busy_threads(const echod_exec_t *exec)
@@ -198,77 +213,6 @@ void echod_exec__worker_leave(echod_exec_t *exec)
     current_exec = NULL;
 }
 
-int echod_exec__parse_cpu_max(const char *text, unsigned *cpus)
-{
-    unsigned long long quota, period;
-    char *end;
-
-    while (*text == ' ' || *text == '\t')
-        text++;
-    if (strncmp(text, "max", 3) == 0 && (text[3] == ' ' || text[3] == '\n' || text[3] == '\0'))
-        return 0;
-    errno = 0;
-    quota = strtoull(text, &end, 10);
-    if (end == text || errno != 0 || *end != ' ')
-        return -1;
-    text = end + 1;
-    period = strtoull(text, &end, 10);
-    if (end == text || errno != 0 || (*end != '\n' && *end != '\0') || period == 0 || quota == 0)
-        return -1;
-    unsigned long long n = (quota + period - 1) / period;
-    *cpus = n > ECHOD_EXEC_MAX_THREADS ? ECHOD_EXEC_MAX_THREADS : (unsigned)n;
-    return 1;
-}
-
-/* The quota of one cgroup directory: 1 and *cpus if limited, 0 if not or unreadable. */
-static int cgroup_dir_quota(const char *dir, unsigned *cpus)
-{
-    char path[4160], text[128];
-    snprintf(path, sizeof(path), "%s/cpu.max", dir);
-    FILE *fp = fopen(path, "re");
-    if (fp == NULL)
-        return 0;
-    int ok = fgets(text, sizeof(text), fp) != NULL;
-    fclose(fp);
-    return ok && echod_exec__parse_cpu_max(text, cpus) == 1;
-}
-
-/*
- * The tightest cpu.max on the way from our own cgroup up to the mount root: a limit set on a
- * parent (the pod) binds a child (the container) that says "max". Inside a cgroup namespace
- * our cgroup is "/" and this reads /sys/fs/cgroup/cpu.max alone. 0 means no quota anywhere.
- */
-static unsigned cgroup_quota_cpus(void)
-{
-    char line[4096], dir[4128];
-    const char *rel = "/";
-    FILE *fp = fopen("/proc/self/cgroup", "re");
-    if (fp != NULL) {
-        while (fgets(line, sizeof(line), fp) != NULL) {
-            if (strncmp(line, "0::", 3) == 0) {
-                line[strcspn(line, "\n")] = '\0';
-                /* A cgroup outside our namespace shows as "/../..": no usable path, use the root. */
-                if (line[3] == '/' && strstr(line, "/..") == NULL)
-                    rel = line + 3;
-                break;
-            }
-        }
-        fclose(fp);
-    }
-    snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s", strcmp(rel, "/") == 0 ? "" : rel);
-
-    unsigned best = 0, cpus;
-    for (;;) {
-        if (cgroup_dir_quota(dir, &cpus) && (best == 0 || cpus < best))
-            best = cpus;
-        char *slash = strrchr(dir, '/');
-        if (slash == NULL || (size_t)(slash - dir) < strlen("/sys/fs/cgroup"))
-            break;
-        *slash = '\0';
-    }
-    return best;
-}
-
 static unsigned affinity_cpus(void)
 {
     /* cpu_set_t holds 1024 CPUs; grow until the kernel's mask fits. */
@@ -292,9 +236,13 @@ static unsigned affinity_cpus(void)
 unsigned echod_exec_available_cpus(void)
 {
     /* Like the JVM's container support: a quota never grants more CPUs than we may run on. */
-    unsigned quota = cgroup_quota_cpus(), mask = affinity_cpus();
+    echod_cgroup_cpu_t cg;
+    echod_cgroup_read_cpu("", &cg);
+    unsigned limit = echod_cgroup_cpu_limit(&cg), mask = affinity_cpus();
     unsigned n = mask;
-    if (quota != 0 && (n == 0 || quota < n))
-        n = quota;
+    if (limit != 0 && (n == 0 || limit < n))
+        n = limit;
+    if (n > ECHOD_EXEC_MAX_THREADS)
+        n = ECHOD_EXEC_MAX_THREADS;
     return n > 0 ? n : 1;
 }

@@ -9,6 +9,7 @@
 #ifndef ECHOD_EXEC_H
 #define ECHOD_EXEC_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include "config/config.h"
 
@@ -67,12 +68,54 @@ unsigned echod_exec_busy_threads(const echod_exec_t *exec);
 void echod_exec_destroy(echod_exec_t *exec);
 
 /*
- * CPUs this process may use: the cgroup v2 cpu.max quota rounded up (the tightest one from our
- * cgroup up to the root), capped by the affinity mask; the mask alone without a quota. At least 1.
+ * CPUs this process may use: the tightest cgroup CPU limit on our path (v2 cpu.max or v1
+ * cpu.cfs_quota_us/cpu.cfs_period_us rounded up, or a smaller cpuset; util/cgroup.h), capped by
+ * the affinity mask; the mask alone without a limit. At least 1. Any thread; reads files.
  */
 unsigned echod_exec_available_cpus(void);
 
 /* True when the calling thread is a worker of any echod executor (for tests and metrics). */
 int echod_exec_on_worker(void);
+
+/*
+ * `virtual`: every submitted task runs on a virtual thread of its own (a fiber on a stack from
+ * the executor's pool) mounted on a carrier; a virtual thread that sleeps parks and frees its
+ * carrier (docs/virtual-threads.md). These counters and gauges are what /metrics shows.
+ */
+typedef struct {
+    uint64_t started; /* virtual threads started (one per submitted task) */
+    uint64_t parks;   /* sleeps that unmounted a virtual thread */
+    uint64_t unparks; /* parked virtual threads resubmitted to a carrier (by the timer or early) */
+    unsigned live;    /* started and not yet ended, parked ones included */
+    size_t stack_bytes;
+    size_t stack_peak_bytes; /* deepest stack use seen so far (page-accurate, from freed stacks) */
+} echod_exec_vthreads_t;
+
+/* Fills *out and returns 1 for a virtual executor; 0 (out untouched) for every other mode. */
+int echod_exec_vthreads(const echod_exec_t *exec, echod_exec_vthreads_t *out);
+
+/*
+ * A handler's sleep (echod-sleep-us) that the call's end can cut short. One per call, zeroed by
+ * echod_exec_sleeper_init; `cancelled` is the call's flag, read under the parking executor's
+ * lock so that a cancel never misses a fiber that is just parking.
+ */
+typedef struct echod_exec_sleeper {
+    const atomic_int *cancelled;
+    _Atomic(echod_exec_t *) exec; /* the virtual executor this sleeper last parked on, or NULL */
+    void *parked;                 /* the parked virtual thread; guarded by that executor's timer lock */
+} echod_exec_sleeper_t;
+
+void echod_exec_sleeper_init(echod_exec_sleeper_t *s, const atomic_int *cancelled);
+
+/*
+ * On a virtual thread: parks it for ns nanoseconds or until echod_exec_interrupt (its carrier
+ * runs other work meanwhile; a timer resubmits it), and returns 0. Anywhere else returns -1 at
+ * once: the caller blocks its thread instead. Steps only (one sleeper is used by one step at a
+ * time).
+ */
+int echod_exec_sleep(echod_exec_sleeper_t *s, uint64_t ns);
+
+/* Any thread, after setting *s->cancelled: a parked sleeper is resubmitted now, not at its time. */
+void echod_exec_interrupt(echod_exec_sleeper_t *s);
 
 #endif

@@ -6,7 +6,18 @@
  *
  * Parked threads form a LIFO stack, as in the SynchronousQueue's default (non-fair) mode: the
  * most recently parked thread gets the next task, so under a steady load a few hot threads do
- * the work and the surplus ages out. With max_threads set (an echod extension; the JDK pool
+ * the work and the surplus ages out.
+ *
+ * The hand-off is the JDK's (SynchronousQueue.TransferStack, JDK 17): the stack is guarded by
+ * `lock`, but nobody is woken while holding it, and a thread that finds the stack empty
+ * yields once before it makes itself wakeable (the "yield once if was empty" of awaitFulfill),
+ * so a submit that comes meanwhile hands over with no wake-up at all. Each thread has its own
+ * park word (LockSupport.park/unpark: a futex); a submit marks it HANDED under the lock and
+ * wakes the futex after unlocking, and only if the thread had gone to sleep. A wake under the
+ * lock made the woken thread preempt the submitter on one CPU and block at once on the lock it
+ * still held: two extra context switches per hand-off that the JDK does not have.
+ *
+ * With max_threads set (an echod extension; the JDK pool
  * would reject) a submit that finds no parked thread and no room queues the task FIFO, and
  * every thread empties that queue before it parks; so a task is never queued while a thread
  * is parked.
@@ -19,9 +30,16 @@
  * gauges are atomics written under the lock and read without it.
  */
 #include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 #include "dispatch/exec_internal.h"
+
+/* A parked thread's park word: pushed and still awake, asleep in the futex, or given work. */
+enum { PARK_AWAKE = 0, PARK_SLEEPING = 1, PARK_HANDED = 2 };
 
 typedef struct cached cached_t;
 typedef struct cached_worker cached_worker_t;
@@ -31,11 +49,13 @@ struct cached_worker {
     pthread_t tid;
     unsigned index;
     echod_task_t *first;   /* set before the thread starts */
-    echod_task_t *handoff; /* given by a submit while parked */
+    echod_task_t *handoff; /* given by a submit while parked (NULL from destroy) */
     int parked;            /* on the idle stack */
     cached_worker_t *up;   /* idle stack links; `up` is towards the top */
     cached_worker_t *down;
-    pthread_cond_t wake; /* CLOCK_MONOTONIC, for the keep-alive deadline */
+    _Atomic uint32_t park;   /* PARK_*: the futex word; HANDED is set under the lock */
+    _Atomic unsigned wakers; /* submits between setting HANDED and their futex wake, or a spawn waiting for `started` */
+    _Atomic uint32_t started; /* futex word: 0 until the thread runs (the spawner waits for it) */
 };
 
 struct cached {
@@ -59,6 +79,7 @@ struct cached {
 static void push_idle_locked(cached_t *c, cached_worker_t *w)
 {
     w->parked = 1;
+    atomic_store_explicit(&w->park, PARK_AWAKE, memory_order_relaxed);
     w->up = NULL;
     w->down = c->idle_top;
     if (c->idle_top != NULL)
@@ -97,28 +118,85 @@ static void push_locked(cached_t *c, echod_task_t *task)
     atomic_fetch_add_explicit(&c->depth, 1, memory_order_relaxed);
 }
 
-/* The SynchronousQueue offer: succeeds only if a thread is parked right now. */
-static int handoff_locked(cached_t *c, echod_task_t *task)
+/* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline; 0 or an errno. */
+static int futex_sleep(_Atomic uint32_t *word, uint32_t val, const struct timespec *deadline)
+{
+    if (syscall(SYS_futex, word, FUTEX_WAIT_BITSET_PRIVATE, val, deadline, NULL, FUTEX_BITSET_MATCH_ANY) == 0)
+        return 0;
+    return errno;
+}
+
+static void futex_wake_one(_Atomic uint32_t *word)
+{
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/*
+ * Pops the top parked thread and hands it task: the TransferStack fulfil. Returns the thread
+ * to wake once the lock is released (unpark_after_unlock), or NULL when the thread needs no
+ * wake-up, or when no thread is parked (*taken says which).
+ */
+static cached_worker_t *handoff_locked(cached_t *c, echod_task_t *task, int *taken)
 {
     cached_worker_t *w = c->idle_top;
+    *taken = w != NULL;
     if (w == NULL)
-        return 0;
+        return NULL;
     remove_idle_locked(c, w);
     w->handoff = task;
-    /* Under the lock: once we let go, w may run the task, time out, exit and be freed. */
-    pthread_cond_signal(&w->wake);
+    if (atomic_exchange_explicit(&w->park, PARK_HANDED, memory_order_acq_rel) != PARK_SLEEPING)
+        return NULL; /* still awake: it sees HANDED before it would sleep */
+    /* w may finish the task, exit and be joined before our wake: free_worker waits for us. */
+    atomic_fetch_add_explicit(&w->wakers, 1, memory_order_relaxed);
+    return w;
+}
+
+static void unpark_after_unlock(cached_worker_t *w)
+{
+    if (w == NULL)
+        return;
+    futex_wake_one(&w->park);
+    atomic_fetch_sub_explicit(&w->wakers, 1, memory_order_release);
+}
+
+/*
+ * Parked (pushed on the stack, lock released): yield once if the stack was empty, then sleep
+ * until handed a task or the deadline. Returns 1 when handed (w->handoff, which destroy leaves
+ * NULL), 0 on timeout: the caller retakes the lock and settles a hand-off racing the timeout.
+ */
+static int park(cached_worker_t *w, int stack_was_empty, const struct timespec *deadline)
+{
+    if (stack_was_empty)
+        sched_yield();
+    uint32_t expect = PARK_AWAKE;
+    if (atomic_compare_exchange_strong_explicit(&w->park, &expect, PARK_SLEEPING, memory_order_acq_rel,
+                                                memory_order_acquire)) {
+        for (;;) {
+            int err = futex_sleep(&w->park, PARK_SLEEPING, deadline);
+            if (atomic_load_explicit(&w->park, memory_order_acquire) == PARK_HANDED)
+                break;
+            if (err == ETIMEDOUT)
+                return 0;
+        }
+    }
     return 1;
 }
 
-/* What a thread runs next, or NULL when it should exit. Lock held throughout. */
-static echod_task_t *next_task_locked(cached_t *c, cached_worker_t *w)
+/*
+ * What a thread runs next. Called with the lock held; returns a task with the lock released,
+ * or NULL, with the lock still held, when the thread should exit.
+ */
+static echod_task_t *next_task(cached_t *c, cached_worker_t *w)
 {
     struct timespec deadline;
     int armed = 0;
 
     for (;;) {
-        if (c->head != NULL)
-            return pop_locked(c);
+        if (c->head != NULL) {
+            echod_task_t *task = pop_locked(c);
+            pthread_mutex_unlock(&c->lock);
+            return task;
+        }
         if (c->stopping)
             return NULL;
         if (!armed) {
@@ -128,19 +206,30 @@ static echod_task_t *next_task_locked(cached_t *c, cached_worker_t *w)
             deadline.tv_nsec = (long)(ns % 1000000000u);
             armed = 1;
         }
+        int was_empty = c->idle_top == NULL;
         push_idle_locked(c, w);
-        int ret = 0;
-        while (w->parked && ret != ETIMEDOUT)
-            ret = pthread_cond_timedwait(&w->wake, &c->lock, &deadline);
-        if (w->handoff != NULL) {
-            echod_task_t *task = w->handoff;
+        pthread_mutex_unlock(&c->lock);
+        echod_task_t *task;
+        if (park(w, was_empty, &deadline)) {
+            /* HANDED, read with acquire: the handoff written before it is ours to take. */
+            task = w->handoff;
             w->handoff = NULL;
-            return task;
-        }
-        if (w->parked) {
-            /* keep_alive passed with nothing handed over: this thread is surplus. */
-            remove_idle_locked(c, w);
-            return NULL;
+            if (task != NULL)
+                return task;
+            pthread_mutex_lock(&c->lock);
+        } else {
+            pthread_mutex_lock(&c->lock);
+            if (w->parked) {
+                /* keep_alive passed with nothing handed over: this thread is surplus. */
+                remove_idle_locked(c, w);
+                return NULL;
+            }
+            /* Handed over just as the deadline passed: HANDED and handoff were set under the lock. */
+            if ((task = w->handoff) != NULL) {
+                w->handoff = NULL;
+                pthread_mutex_unlock(&c->lock);
+                return task;
+            }
         }
         /* Unparked without a task: destroy began. Loop to empty the queue, then leave. */
     }
@@ -148,7 +237,9 @@ static echod_task_t *next_task_locked(cached_t *c, cached_worker_t *w)
 
 static void free_worker(cached_worker_t *w)
 {
-    pthread_cond_destroy(&w->wake);
+    /* A submit that handed us our last task may still be inside its futex wake. */
+    while (atomic_load_explicit(&w->wakers, memory_order_acquire) != 0)
+        sched_yield();
     free(w);
 }
 
@@ -164,12 +255,13 @@ static void *worker_main(void *arg)
      */
     w->tid = pthread_self();
     echod_exec__worker_enter(&c->super, w->index);
+    atomic_store_explicit(&w->started, 1, memory_order_release);
+    futex_wake_one(&w->started);
     for (;;) {
         echod_exec__run(&c->super, task);
         pthread_mutex_lock(&c->lock);
-        if ((task = next_task_locked(c, w)) == NULL)
+        if ((task = next_task(c, w)) == NULL)
             break;
-        pthread_mutex_unlock(&c->lock);
     }
     echod_exec__worker_leave(&c->super);
     c->alive--;
@@ -188,22 +280,29 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* Starts a thread whose first task is `task`; 0 or an errno. */
+/*
+ * Starts a thread whose first task is `task` and waits until it runs, as Thread.start() does
+ * in HotSpot (the parent waits for the child to reach INITIALIZED): the submitter gives up the
+ * CPU once per new thread, which lets threads already woken run and park again, so a burst
+ * grows the pool about as far as the JDK's. 0 or an errno.
+ */
 static int spawn(cached_t *c, echod_task_t *task, unsigned index)
 {
     cached_worker_t *w = calloc(1, sizeof(*w));
     if (w == NULL)
         return ENOMEM;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->wake, &attr);
-    pthread_condattr_destroy(&attr);
+    atomic_init(&w->park, PARK_AWAKE);
+    atomic_init(&w->wakers, 1); /* ours, until we stop reading `started` */
+    atomic_init(&w->started, 0);
     w->pool = c;
     w->index = index;
     w->first = task;
     pthread_t unused;
     int ret = echod_exec__start_thread(&unused, worker_main, w);
+    if (ret == 0)
+        while (atomic_load_explicit(&w->started, memory_order_acquire) == 0)
+            futex_sleep(&w->started, 0, NULL);
+    atomic_fetch_sub_explicit(&w->wakers, 1, memory_order_release);
     if (ret != 0)
         free_worker(w);
     return ret;
@@ -213,11 +312,16 @@ static void cached_submit(echod_exec_t *exec, echod_task_t *task)
 {
     cached_t *c = (cached_t *)exec;
 
+    cached_worker_t *wake;
+    int taken;
+
     pthread_mutex_lock(&c->lock);
     /* During destroy only queue: the threads still running empty the queue before they exit. */
     if (!c->stopping) {
-        if (handoff_locked(c, task)) {
+        wake = handoff_locked(c, task, &taken);
+        if (taken) {
             pthread_mutex_unlock(&c->lock);
+            unpark_after_unlock(wake);
             return;
         }
         if (c->max_threads == 0 || c->alive < c->max_threads) {
@@ -232,8 +336,10 @@ static void cached_submit(echod_exec_t *exec, echod_task_t *task)
             c->alive--;
             atomic_store_explicit(&c->alive_gauge, c->alive, memory_order_relaxed);
             /* No new thread: one may have parked meanwhile; failing that, queue for a live one. */
-            if (handoff_locked(c, task)) {
+            wake = handoff_locked(c, task, &taken);
+            if (taken) {
                 pthread_mutex_unlock(&c->lock);
+                unpark_after_unlock(wake);
                 return;
             }
             if (c->alive == 0 && !c->stopping) {
@@ -274,7 +380,10 @@ static void cached_destroy(echod_exec_t *exec)
     while (c->idle_top != NULL) {
         cached_worker_t *w = c->idle_top;
         remove_idle_locked(c, w);
-        pthread_cond_signal(&w->wake);
+        w->handoff = NULL;
+        /* Woken under the lock: w cannot get past it to exit (and be freed) before we let go. */
+        if (atomic_exchange_explicit(&w->park, PARK_HANDED, memory_order_acq_rel) == PARK_SLEEPING)
+            futex_wake_one(&w->park);
     }
     while (c->alive > 0)
         pthread_cond_wait(&c->all_exited, &c->lock);

@@ -30,6 +30,10 @@ typedef struct echod_exec_ops {
     void (*destroy)(echod_exec_t *exec);
     unsigned (*queue_depth)(const echod_exec_t *exec);
     unsigned (*busy_threads)(const echod_exec_t *exec);
+    /* Optional (NULL: the header's `threads` gauge): for an executor built on another one. */
+    unsigned (*threads)(const echod_exec_t *exec);
+    /* Optional: virtual threads only (echod_exec_vthreads). */
+    void (*vthreads)(const echod_exec_t *exec, echod_exec_vthreads_t *out);
 } echod_exec_ops_t;
 
 /* Every mode's struct begins with this, so an echod_exec_t * converts to the mode's type. */
@@ -83,12 +87,6 @@ echod_exec_t *echod_exec__swap_current(echod_exec_t *exec);
 void echod_exec__thread_name(char *buf, size_t cap, const char *name, unsigned index);
 
 /*
- * Parses the contents of a cgroup v2 cpu.max file. Returns 1 and sets *cpus to the quota in
- * whole CPUs rounded up, 0 for "max" (no quota), -1 if the text is not understood.
- */
-int echod_exec__parse_cpu_max(const char *text, unsigned *cpus);
-
-/*
  * Runs one dequeued task on a worker: reports the queue wait to the observer first, then calls
  * run. The task is not touched after run() is called: run may free it or resubmit it.
  */
@@ -106,5 +104,7 @@ echod_exec_t *echod_exec__fixed_create(const char *name, unsigned threads, char 
 echod_exec_t *echod_exec__cached_create(const char *name, unsigned max_threads, uint64_t keep_alive_ms, char *err,
                                         size_t errlen);
 echod_exec_t *echod_exec__workstealing_create(const char *name, unsigned threads, char *err, size_t errlen);
+echod_exec_t *echod_exec__virtual_create(const char *name, unsigned threads, size_t stack_bytes, char *err,
+                                         size_t errlen);
 
 #endif

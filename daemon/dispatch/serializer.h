@@ -11,7 +11,8 @@
  *    atomics: only legal when every submit comes from one thread (the loop), and the submitter
  *    holds the owner alive until submit returns (the call's pump does), so the runner takes no
  *    reference of its own: that was two atomics per step on the floor arm.
- *  - pass-through (the "don't wrap sequential executors" proposal): each step is handed to an
+ *  - pass-through (the "don't wrap sequential executors" proposal, grpc-java PR #5521, never
+ *    merged; only with dispatch.unwrap_sequential): each step is handed to an
  *    executor that already runs tasks one at a time in FIFO order (fixed, 1 thread), one
  *    dispatch per step and no serializer state at all.
  *

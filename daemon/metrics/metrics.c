@@ -21,6 +21,7 @@
 #include "dispatch/exec.h"
 #include "grpc/status.h"
 #include "metrics/metrics.h"
+#include "util/cgroup.h"
 
 echod_metrics_t echod_metrics;
 _Thread_local echod_metrics_t *echod_metrics_shard;
@@ -487,6 +488,49 @@ static void render_dispatch(mbuf_t *b)
     histogram_series(b, "echod_flush_bytes", "", &echod_metrics.flush_bytes);
 }
 
+/* executor.mode virtual: its virtual threads (one per dispatch), parks and stacks. */
+static void render_virtual_threads(mbuf_t *b, size_t n, const mbuf_t *labels)
+{
+    echod_exec_vthreads_t vt[ECHOD_METRICS_MAX_EXECUTORS];
+    int is_virtual[ECHOD_METRICS_MAX_EXECUTORS], any = 0;
+    for (size_t i = 0; i < n; ++i)
+        any |= is_virtual[i] =
+            echod_metrics.execs[i].exec != NULL && echod_exec_vthreads(echod_metrics.execs[i].exec, &vt[i]);
+    if (!any)
+        return;
+    family(b, "echod_executor_virtual_threads_started_total", "counter",
+           "Virtual threads started: one per task (serializer drain) submitted.");
+    for (size_t i = 0; i < n; ++i)
+        if (is_virtual[i])
+            mbuf_printf(b, "echod_executor_virtual_threads_started_total{%s} %" PRIu64 "\n", labels[i].base,
+                        vt[i].started);
+    family(b, "echod_executor_virtual_thread_parks_total", "counter",
+           "Sleeps (echod-sleep-us) that unmounted a virtual thread and freed its carrier.");
+    for (size_t i = 0; i < n; ++i)
+        if (is_virtual[i])
+            mbuf_printf(b, "echod_executor_virtual_thread_parks_total{%s} %" PRIu64 "\n", labels[i].base, vt[i].parks);
+    family(b, "echod_executor_virtual_thread_unparks_total", "counter",
+           "Parked virtual threads resubmitted to a carrier: by the unparker at their time, or early on cancel.");
+    for (size_t i = 0; i < n; ++i)
+        if (is_virtual[i])
+            mbuf_printf(b, "echod_executor_virtual_thread_unparks_total{%s} %" PRIu64 "\n", labels[i].base,
+                        vt[i].unparks);
+    family(b, "echod_executor_virtual_threads", "gauge", "Virtual threads alive (running, queued or parked).");
+    for (size_t i = 0; i < n; ++i)
+        if (is_virtual[i])
+            mbuf_printf(b, "echod_executor_virtual_threads{%s} %u\n", labels[i].base, vt[i].live);
+    family(b, "echod_executor_virtual_stack_bytes", "gauge",
+           "Stack size of each virtual thread (executor.stack_bytes).");
+    for (size_t i = 0; i < n; ++i)
+        if (is_virtual[i])
+            mbuf_printf(b, "echod_executor_virtual_stack_bytes{%s} %zu\n", labels[i].base, vt[i].stack_bytes);
+    family(b, "echod_executor_virtual_stack_peak_bytes", "gauge",
+           "Deepest stack use seen on a virtual thread that has ended (for sizing executor.stack_bytes).");
+    for (size_t i = 0; i < n; ++i)
+        if (is_virtual[i])
+            mbuf_printf(b, "echod_executor_virtual_stack_peak_bytes{%s} %zu\n", labels[i].base, vt[i].stack_peak_bytes);
+}
+
 static void render_executors(mbuf_t *b)
 {
     size_t n = atomic_load_explicit(&echod_metrics.nexecs, memory_order_acquire);
@@ -527,6 +571,8 @@ static void render_executors(mbuf_t *b)
     family(b, "echod_executor_queue_wait_seconds", "histogram", "Time a task waited between submit and run.");
     for (size_t i = 0; i < n; ++i)
         histogram_series(b, "echod_executor_queue_wait_seconds", labels[i].base, &echod_metrics.execs[i].queue_wait);
+
+    render_virtual_threads(b, n, labels);
 
 Exit:
     for (size_t i = 0; i < n; ++i)
@@ -681,6 +727,14 @@ static void render_process(mbuf_t *b)
         format_double(num, sizeof(num), cpu);
         family(b, "process_cpu_seconds_total", "counter", "CPU time used by the process (user + system), in seconds.");
         mbuf_printf(b, "process_cpu_seconds_total %s\n", num);
+        /* RUSAGE_SELF sums every thread, those that have exited included (the kernel folds a
+         * thread's counts into the process when it exits), so a cached pool's aged-out
+         * workers still count: the figure bench/compare divides by calls. */
+        family(b, "echod_context_switches_total", "counter",
+               "Context switches of all threads of the process, exited ones included (getrusage): voluntary = "
+               "the thread blocked (a hand-off, a park), involuntary = it was preempted.");
+        mbuf_printf(b, "echod_context_switches_total{kind=\"voluntary\"} %ld\n", ru.ru_nvcsw);
+        mbuf_printf(b, "echod_context_switches_total{kind=\"involuntary\"} %ld\n", ru.ru_nivcsw);
     }
 
     unsigned long long vsz_pages, rss_pages;
@@ -796,37 +850,47 @@ void echod_metrics_stage_header(char *seen, size_t cap, const char *name, size_t
         set_stage(seen, len, 0);
 }
 
-/* The cgroup v2 cpu.stat of this process's own cgroup: throttling is what a 1-CPU limit does to a ramp. */
+/*
+ * The CPU limits and throttling of this process's cgroups, v1 or v2 (util/cgroup.h): throttling
+ * is what a 1-CPU limit does to a ramp.
+ */
 static void render_cgroup(mbuf_t *b)
 {
-    char buf[4096], path[600];
-    if (read_proc("/proc/self/cgroup", buf, 512) > 0 && strncmp(buf, "0::", 3) == 0) {
-        char *nl = strchr(buf, '\n');
-        if (nl != NULL)
-            *nl = '\0';
-        snprintf(path, sizeof(path), "/sys/fs/cgroup%.512s/cpu.stat", strcmp(buf + 3, "/") == 0 ? "" : buf + 3);
-        if (read_proc(path, buf, sizeof(buf)) > 0) {
-            const char *p;
-            if ((p = strstr(buf, "nr_throttled ")) != NULL) {
-                family(b, "echod_cgroup_cpu_throttled_periods_total", "counter",
-                       "cgroup cpu.stat nr_throttled: CFS periods in which the cgroup was throttled.");
-                mbuf_printf(b, "echod_cgroup_cpu_throttled_periods_total %llu\n", strtoull(p + 13, NULL, 10));
-            }
-            if ((p = strstr(buf, "nr_periods ")) != NULL) {
-                family(b, "echod_cgroup_cpu_periods_total", "counter", "cgroup cpu.stat nr_periods.");
-                mbuf_printf(b, "echod_cgroup_cpu_periods_total %llu\n", strtoull(p + 11, NULL, 10));
-            }
-            if ((p = strstr(buf, "throttled_usec ")) != NULL) {
-                char num[64];
-                format_double(num, sizeof(num), (double)strtoull(p + 15, NULL, 10) / 1e6);
-                family(b, "echod_cgroup_cpu_throttled_seconds_total", "counter",
-                       "cgroup cpu.stat throttled_usec, in seconds.");
-                mbuf_printf(b, "echod_cgroup_cpu_throttled_seconds_total %s\n", num);
-            }
-        }
+    static const char *const versions[] = {
+        [ECHOD_CGROUP_NONE] = "none",
+        [ECHOD_CGROUP_V1] = "v1",
+        [ECHOD_CGROUP_V2] = "v2",
+    };
+    echod_cgroup_cpu_t cg;
+    char num[64];
+    echod_cgroup_read_cpu("", &cg);
+    family(b, "echod_cgroup_info", "gauge", "The cgroup version the cpu controller was read from (v1, v2, none).");
+    mbuf_printf(b, "echod_cgroup_info{cpu=\"%s\"} 1\n", versions[cg.version]);
+    if (cg.quota_cpus > 0) {
+        format_double(num, sizeof(num), cg.quota_cpus);
+        family(b, "echod_cgroup_cpu_quota_cpus", "gauge",
+               "The tightest CPU quota on this process's cgroup path, quota / period (v2 cpu.max, "
+               "v1 cpu.cfs_quota_us / cpu.cfs_period_us).");
+        mbuf_printf(b, "echod_cgroup_cpu_quota_cpus %s\n", num);
+    }
+    if (cg.cpuset_cpus != 0) {
+        family(b, "echod_cgroup_cpuset_cpus", "gauge", "CPUs in the smallest cpuset on this process's cgroup path.");
+        mbuf_printf(b, "echod_cgroup_cpuset_cpus %u\n", cg.cpuset_cpus);
+    }
+    if (cg.has_stat) {
+        family(b, "echod_cgroup_cpu_throttled_periods_total", "counter",
+               "cgroup cpu.stat nr_throttled: CFS periods in which the cgroup was throttled.");
+        mbuf_printf(b, "echod_cgroup_cpu_throttled_periods_total %" PRIu64 "\n", cg.nr_throttled);
+        family(b, "echod_cgroup_cpu_periods_total", "counter", "cgroup cpu.stat nr_periods.");
+        mbuf_printf(b, "echod_cgroup_cpu_periods_total %" PRIu64 "\n", cg.nr_periods);
+        format_double(num, sizeof(num), (double)cg.throttled_usec / 1e6);
+        family(b, "echod_cgroup_cpu_throttled_seconds_total", "counter",
+               "cgroup cpu.stat throttled time (v2 throttled_usec, v1 throttled_time), in seconds.");
+        mbuf_printf(b, "echod_cgroup_cpu_throttled_seconds_total %s\n", num);
     }
     family(b, "echod_effective_cpus", "gauge",
-           "CPUs this process may use: the cgroup cpu.max quota rounded up, capped by the affinity mask.");
+           "CPUs this process may use: the tightest cgroup CPU quota rounded up or cpuset, capped by the "
+           "affinity mask.");
     mbuf_printf(b, "echod_effective_cpus %u\n", echod_exec_available_cpus());
 }
 
@@ -901,6 +965,7 @@ static void render_build_info(mbuf_t *b)
         mbuf_label(b, 0, "arm", cfg->arm);
         mbuf_label(b, 0, "executor", echod_exec_mode_name(cfg->executor.mode));
         mbuf_label(b, 0, "serialize", echod_serialize_name(cfg->dispatch.serialize));
+        mbuf_label(b, 0, "unwrap_sequential", cfg->dispatch.unwrap_sequential ? "true" : "false");
         mbuf_label(b, 0, "merge_lookup_and_start", cfg->dispatch.merge_lookup_and_start ? "true" : "false");
         mbuf_label(b, 0, "coalesce_end_stream", cfg->dispatch.coalesce_end_stream ? "true" : "false");
         mbuf_label(b, 0, "flush", echod_flush_name(cfg->transport.flush));

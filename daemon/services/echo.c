@@ -106,7 +106,7 @@ int echod_echo_validate(const uint8_t *p, size_t len)
  */
 static echod_msg_t *work_then_reply(echod_call_t *call, echod_msg_t *msg)
 {
-    int status = echod_work_run(&call->work);
+    int status = echod_work_run(call, &call->work);
     if (status != 0) {
         echod_msg_free(msg);
         echod_call_close(call, status, "echod-status: failing on purpose");

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 #include "echo.pb-c.h"
+#include "dispatch/call.h"
 #include "grpc/status.h"
 #include "services/work.h"
 #include "util/err.h"
@@ -169,14 +170,10 @@ static double next_fraction(void)
     return (double)(state >> 11) / (double)(1ull << 53);
 }
 
-int echod_work_run(const echod_work_t *work)
+int echod_work_run(echod_call_t *call, const echod_work_t *work)
 {
     echod_work_burn_cpu(work->cpu_us);
-    if (work->sleep_us != 0) {
-        struct timespec ts = {work->sleep_us / 1000000, (long)(work->sleep_us % 1000000) * 1000};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-            ;
-    }
+    echod_call_sleep(call, work->sleep_us);
     if (work->error_rate > 0.0)
         return next_fraction() < work->error_rate ? (work->status != 0 ? (int)work->status : ECHOD_INTERNAL) : 0;
     return (int)work->status;

@@ -5,7 +5,7 @@
  *
  *   echod-response-bytes: N    response message padded or truncated to N bytes
  *   echod-cpu-us: N            busy loop on the handler thread (thread CPU time, not a sleep)
- *   echod-sleep-us: N          blocking sleep on the handler thread
+ *   echod-sleep-us: N          blocking sleep on the handler thread (a virtual thread parks)
  *   echod-status: CODE         fail with this gRPC status ...
  *   echod-error-rate: 0.0-1.0  ... for this fraction of calls
  *   echod-echo-metadata: true  echo the request metadata back as response headers
@@ -42,8 +42,13 @@ void echod_work_resolve(const echod_config_t *cfg, const char *path, const echod
 /* Burns `us` microseconds of this thread's CPU time. */
 void echod_work_burn_cpu(uint32_t us);
 
-/* Runs cpu and sleep work; returns the gRPC status to fail with, 0 to go on. Handler thread. */
-int echod_work_run(const echod_work_t *work);
+struct echod_call;
+
+/*
+ * Runs cpu and sleep work (the sleep through echod_call_sleep: it parks a virtual thread); returns
+ * the gRPC status to fail with, 0 to go on. Inside the call's steps.
+ */
+int echod_work_run(struct echod_call *call, const echod_work_t *work);
 
 /*
  * For response_bytes >= 0: an EchoResponse whose message is the request's, padded with '.' or

@@ -243,7 +243,7 @@ static void on_deadline(h2o_timeout_entry_t *entry)
         return;
     if (!atomic_load_explicit(&s->call.handler_started, memory_order_acquire))
         ECHOD_COUNT(echod_metrics.deadline_expired_queued);
-    atomic_store_explicit(&s->call.cancelled, 1, memory_order_release);
+    echod_call_cancel(&s->call);
     echod_stream_close(s, ECHOD_DEADLINE_EXCEEDED, "Deadline exceeded", NULL);
     echod_conn__process(s->conn);
 }
@@ -254,7 +254,7 @@ void echod_stream_closed(echod_stream_t *s)
     if (s->drain == ECHOD_DRAIN_OPEN)
         ECHOD_COUNT(echod_metrics.drain_streams_finished);
     if (s->send != ECHOD_SEND_DONE)
-        atomic_store_explicit(&s->call.cancelled, 1, memory_order_release);
+        echod_call_cancel(&s->call);
     h2o_timeout_unlink(&s->deadline);
 }
 
@@ -273,7 +273,7 @@ void echod_stream_cut(echod_stream_t *s)
     if (s->drain == ECHOD_DRAIN_OPEN) /* a max_connection_age grace cut is not a drain cut */
         ECHOD_COUNT(echod_metrics.drain_streams_cut);
     s->drain = ECHOD_DRAIN_CUT;
-    atomic_store_explicit(&s->call.cancelled, 1, memory_order_release);
+    echod_call_cancel(&s->call);
     echod_stream_close(s, ECHOD_UNAVAILABLE, "Server shutting down: shutdown.drain_timeout passed", NULL);
 }
 
@@ -508,7 +508,7 @@ static void report_deframe_error(echod_stream_t *s)
         snprintf(msg, sizeof(msg), "Invalid gRPC message flags");
         break;
     }
-    atomic_store_explicit(&s->call.cancelled, 1, memory_order_release);
+    echod_call_cancel(&s->call);
     echod_stream_close(s, code, msg, NULL);
 }
 

@@ -308,7 +308,9 @@ class Daemon:
                 raise DaemonError("echod exited with %s before it was ready:\n%s"
                                   % (self.proc.returncode, self.stderr_text()))
             try:
-                status, _ = http_get(self.admin_port, "/healthz", timeout=1.0)
+                # /readyz, not /healthz: 200 only once every loop and executor thread runs
+                # (a thread count scraped before that is short of them)
+                status, _ = http_get(self.admin_port, "/readyz", timeout=1.0)
                 if status == 200:
                     with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=1.0):
                         return

@@ -29,8 +29,8 @@ from echod_harness import (ROOT, SERVICE, SLOW, Daemon, EchoStub, echod_check_co
 from test_h2load import h2load  # noqa: E402
 
 ARMS_DIR = os.path.join(ROOT, "config", "arms")
-EXPECTED_ARMS = ("direct", "direct-drain", "cached", "fixed", "workstealing", "merged",
-                 "coalesced", "merged-coalesced", "direct-serialized", "per-method")
+EXPECTED_ARMS = ("direct", "direct-drain", "cached", "fixed", "workstealing", "virtual", "merged",
+                 "coalesced", "merged-coalesced", "direct-serialized", "per-method", "fixed-unwrapped")
 N = int(os.environ.get("ECHOD_ARMS_N", "200"))
 N_H2LOAD = int(os.environ.get("ECHOD_ARMS_H2LOAD_N", "2000"))
 BIDI_CONNS, BIDI_STREAMS, BIDI_MSGS = 3, 3, 1000
@@ -46,14 +46,20 @@ def effective_config(path):
 
 def uses_inline_runner(cfg):
     """docs/dispatch-model.md, section 3: serialize auto picks the inline runner for direct without per-method
-    executors (a one-thread fixed pool gets no wrapper at all, not the inline runner)."""
+    executors, as stock grpc-java does; every other executor gets the serializing executor."""
     d = cfg["dispatch"]
     if d["serialize"] != "auto":
         return False
-    ex = cfg["executor"]
-    if ex["mode"] == "direct":
-        return not d.get("per_method")
-    return False  # a one-thread fixed pool skips the serializer instead: one dispatch per step
+    return cfg["executor"]["mode"] == "direct" and not d.get("per_method")
+
+
+def uses_pass_through(cfg, cpus):
+    """dispatch.unwrap_sequential (grpc-java PR #5521): a fixed pool of one thread as built
+    (threads: 0 resolves to the CPUs echod may use) gets no wrapper, one dispatch per step."""
+    d, ex = cfg["dispatch"], cfg["executor"]
+    threads = ex.get("threads") or cpus
+    return (d["serialize"] == "auto" and bool(d.get("unwrap_sequential")) and not d.get("per_method")
+            and ex["mode"] == "fixed" and threads == 1)
 
 
 class Arms(unittest.TestCase):
@@ -71,6 +77,7 @@ class Arms(unittest.TestCase):
         mode = cfg["executor"]["mode"]
         flush = cfg["transport"]["flush"]
         inline = uses_inline_runner(cfg)
+        wrapper = "inline" if inline else "serializing"
 
         with Daemon(config=path) as d:
             m0 = d.metrics()
@@ -81,6 +88,9 @@ class Arms(unittest.TestCase):
             self.assertEqual(labels.get("executor"), mode)
             self.assertEqual(labels.get("flush"), flush)
             self.assertEqual(labels.get("serialize"), cfg["dispatch"]["serialize"])
+            self.assertEqual(labels.get("unwrap_sequential"), str(bool(cfg["dispatch"]["unwrap_sequential"])).lower())
+            if uses_pass_through(cfg, int(m0.metric("echod_effective_cpus"))):
+                wrapper = "pass-through"
             self.assertEqual(labels.get("merge_lookup_and_start"), str(merge).lower())
             self.assertEqual(labels.get("coalesce_end_stream"), str(coalesce).lower())
 
@@ -91,9 +101,13 @@ class Arms(unittest.TestCase):
             m0 = d.metrics()
             for i in range(N):
                 self.assertEqual(stub.UnaryEcho("%s-%d" % (arm, i), timeout=T), "%s-%d" % (arm, i))
+            # A step is counted when submitted and counted again (echod_step_runs_total) when it
+            # runs: a scrape taken while the last closed step runs can read the runs before it
+            # and echod_calls_in_flight after it, so wait for the runs too.
             m1 = d.wait_metrics(
                 lambda m: metric_delta(m, m0, "echod_call_steps_total", step="closed") >= N
-                and m.metric("echod_calls_in_flight") == 0, what="%d closed steps" % N)
+                and m.metric("echod_calls_in_flight") == 0
+                and metric_delta(m, m0, "echod_step_runs_total") >= k * N, what="%d closed steps" % N)
 
             def steps(step):
                 return metric_delta(m1, m0, "echod_call_steps_total", step=step)
@@ -125,9 +139,16 @@ class Arms(unittest.TestCase):
                 self.assertEqual(dispatches, 0, "%s: inline runner but %d dispatches" % (arm, dispatches))
                 self.assertEqual(loop_tasks, 0, "%s: direct but %d loop tasks" % (arm, loop_tasks))
                 self.assertGreater(metric_delta(m1, m0, "echod_inline_runs_total"), 0)
+            elif wrapper == "pass-through":
+                self.assertEqual(dispatches, k * N, "%s: pass-through, one dispatch per step" % arm)
             else:
                 self.assertGreaterEqual(dispatches, N, "%s: %d dispatches for %d calls" % (arm, dispatches, N))
                 self.assertLessEqual(dispatches, k * N, "%s: %d dispatches for %d calls" % (arm, dispatches, N))
+            if mode == "virtual":
+                started = metric_delta(m1, m0, "echod_executor_virtual_threads_started_total")
+                self.assertEqual(started, dispatches, "%s: a virtual thread per dispatch" % arm)
+                self.assertEqual(metric_delta(m1, m0, "echod_executor_virtual_thread_parks_total"), 0,
+                                 "%s: parks without sleeps" % arm)
             if mode == "direct":
                 self.assertEqual(loop_tasks, 0, "%s: direct executor but loop tasks" % arm)
             else:
@@ -183,6 +204,13 @@ class Arms(unittest.TestCase):
                                                 for t, v in fl2.items() if v)))
                 if inline:
                     self.assertEqual(d2, 0)
+                elif wrapper == "pass-through":
+                    self.assertEqual(d2, k * N_H2LOAD, "%s: pass-through under load" % arm)
+                elif mode != "direct":
+                    # A pool's serializer coalesces under load: the loop submits method_lookup
+                    # and start_call back to back, the second finds the drain pending.
+                    self.assertGreaterEqual(d2, N_H2LOAD)
+                    self.assertLess(d2, k * N_H2LOAD, "%s: serializing but nothing coalesced" % arm)
                 else:
                     self.assertGreaterEqual(d2, N_H2LOAD)
                     self.assertLessEqual(d2, k * N_H2LOAD)
@@ -274,6 +302,55 @@ class SchedPolicy(unittest.TestCase):
         for steps, dispatches in (other, batch):
             self.assertEqual(steps, 600)
             self.assertTrue(100 <= dispatches <= 600, (other, batch))
+
+
+def live_task_switches(pid):
+    """Voluntary + involuntary context switches of pid's live threads (/proc/PID/task/*/status),
+    as bench/compare reads the peers: an exited thread's count is gone from here."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                total += sum(int(line.split()[1]) for line in f
+                             if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")))
+        except OSError:
+            continue  # a cached worker that just exited
+    return total
+
+
+class ContextSwitches(unittest.TestCase):
+    """echod_context_switches_total moves with hand-offs and keeps the switches of threads that
+    have exited (a cached pool's workers age out after keep_alive)."""
+
+    def test_counts_move_and_survive_thread_exit(self):
+        calls = 200
+        with Daemon(config=os.path.join(ARMS_DIR, "cached.yaml"), sets=["executor.keep_alive=200ms"]) as d:
+            ch = d.channel()
+            stub = EchoStub(ch)
+            grpc.channel_ready_future(ch).result(timeout=T)
+            m0 = d.metrics()
+            for i in range(calls):
+                stub.UnaryEcho("cs%d" % i, timeout=T)
+            m1 = d.wait_metrics(lambda m: metric_delta(m, m0, "echod_call_steps_total", step="closed") >= calls,
+                                what="calls closed")
+            vol = metric_delta(m1, m0, "echod_context_switches_total", kind="voluntary")
+            # One call at a time: between calls the loop blocks in epoll_wait and the worker parks.
+            self.assertGreaterEqual(vol, calls, "voluntary switches for %d sequential pool calls" % calls)
+            self.assertGreaterEqual(metric_delta(m1, m0, "echod_context_switches_total", kind="involuntary"), 0)
+            ch.close()
+            base = m0.metric("echod_threads") - m0.metric("echod_executor_threads", executor="cached")
+            d.wait_metrics(lambda m: m.metric("echod_executor_threads", executor="cached") == 0
+                           and len(os.listdir("/proc/%d/task" % d.proc.pid)) == base,
+                           timeout=30 * SLOW, what="cached workers aged out and gone")
+            # Live threads first: the scrape after it only adds to what they had.
+            live = live_task_switches(d.proc.pid)
+            after = d.metrics().metric("echod_context_switches_total")
+            self.assertGreaterEqual(after, m1.metric("echod_context_switches_total"))
+            print("\n  cached, %d sequential calls: %.2f voluntary switches per call; after the workers "
+                  "exited: %d counted, %d on live threads" % (calls, vol / calls, after, live))
+            # The workers that exited parked at least once each: their switches stay counted.
+            self.assertGreater(after, live, "exited workers' switches lost (metric %d, live threads %d)"
+                               % (after, live))
 
 
 def _make_test(path):

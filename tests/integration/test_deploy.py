@@ -190,6 +190,21 @@ class Dockerfile(unittest.TestCase):
         self.assertEqual(os.path.basename(ep[0]), "echod")
         self.assertEqual(ep[1:], ["--config", "/etc/echod/echod.yaml"])
 
+    def test_builds_offline_and_checks_as_the_image_user(self):
+        # A "# syntax=" parser directive makes BuildKit pull a frontend image from a registry.
+        self.assertNotRegex(read(DOCKERFILE), r"(?im)^#\s*syntax\s*=",
+                            "no # syntax= directive: the Dockerfile builds offline")
+        user = None
+        checked = False
+        for k, a in self.runtime.instructions:
+            if k == "USER":
+                user = a
+            if k == "RUN" and "--check-config" in a:
+                checked = True
+                self.assertTrue(user and user.split(":")[0] not in ("root", "0"),
+                                "the build's --check-config runs as the image's user, after USER")
+        self.assertTrue(checked, "the runtime stage runs echod --check-config")
+
     def test_dockerignore_keeps_build_dirs_out(self):
         ignore = read(DOCKERFILE + ".dockerignore").split()
         for pat in ("build*/", "**/node_modules/", ".git"):

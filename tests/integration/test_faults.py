@@ -25,6 +25,8 @@ CLIENTS = 3  # killed together in each round
 # A client process: every method at once on one channel, streams that never end by themselves,
 # unary calls with a little synthetic work (so pool workers are inside handlers when the
 # connection dies). It prints "ready" once responses flow, then runs until it is killed.
+# argv[3], if given, is an echod-sleep-us for every call but the server-streaming one, and 16
+# more unary calls sleep it at once (a virtual thread parks: killed mid-sleep, it must wake).
 CLIENT = r"""
 import sys, threading, time
 sys.path.insert(0, sys.argv[1])
@@ -33,6 +35,7 @@ from echod_harness import EchoStub
 ch = grpc.insecure_channel(sys.argv[2], options=[("grpc.use_local_subchannel_pool", 1)])
 stub = EchoStub(ch)
 flowing = threading.Event()
+sleep = (("echod-sleep-us", sys.argv[3]),) if len(sys.argv) > 3 else ()
 
 def forever(tag):
     i = 0
@@ -42,12 +45,12 @@ def forever(tag):
 
 def bidi(tag):
     while True:
-        for n, _ in enumerate(stub.BidirectionalStreamingEcho(forever(tag))):
+        for n, _ in enumerate(stub.BidirectionalStreamingEcho(forever(tag), metadata=sleep)):
             if n == 20:
                 flowing.set()
 
 def unary():
-    md = (("echod-cpu-us", "300"),)
+    md = (("echod-cpu-us", "300"),) + sleep
     while True:
         stub.UnaryEcho("u" * 100, metadata=md)
         flowing.set()
@@ -61,6 +64,8 @@ def client_streaming():
         stub.ClientStreamingEcho(iter(["c"] * 50))
 
 workers = [lambda: bidi("a"), lambda: bidi("b"), unary, unary, server_streaming, client_streaming]
+if sleep:
+    workers += [unary] * 16
 for w in workers:
     threading.Thread(target=w, daemon=True).start()
 flowing.wait(30)
@@ -69,8 +74,9 @@ time.sleep(3600)
 """
 
 
-def spawn_client(d):
-    return subprocess.Popen([sys.executable, "-c", CLIENT, HERE, "127.0.0.1:%d" % d.grpc_port],
+def spawn_client(d, sleep_us=None):
+    extra = [str(sleep_us)] if sleep_us else []
+    return subprocess.Popen([sys.executable, "-c", CLIENT, HERE, "127.0.0.1:%d" % d.grpc_port] + extra,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
 
 
@@ -83,6 +89,7 @@ def snapshot(m):
         "busy": m.metric("echod_executor_busy_threads"),
         "queued": m.metric("echod_executor_queue_depth"),
         "rss": m.metric("process_resident_memory_bytes"),
+        "virtual": m.metric("echod_executor_virtual_threads") if m.has("echod_executor_virtual_threads") else 0,
     }
 
 
@@ -92,13 +99,14 @@ class KillClients(unittest.TestCase):
         def quiet(m):
             s = snapshot(m)
             return (s["calls"] == 0 and s["connections"] == 0 and s["busy"] == 0 and s["queued"] == 0
+                    and s["virtual"] == 0
                     and (threads is None or s["threads"] == threads)
                     and (not no_workers or m.metric("echod_executor_threads") == 0))
         return snapshot(d.wait_metrics(quiet, 30 * SLOW, "no call, connection or busy worker left"
                                        + ("" if threads is None else ", %d threads" % threads)))
 
-    def kill_round(self, d, rnd):
-        procs = [spawn_client(d) for _ in range(CLIENTS)]
+    def kill_round(self, d, rnd, sleep_us=None):
+        procs = [spawn_client(d, sleep_us) for _ in range(CLIENTS)]
         try:
             for p in procs:
                 line = p.stdout.readline()
@@ -122,20 +130,20 @@ class KillClients(unittest.TestCase):
             self.assertEqual(stub.ClientStreamingEcho(iter(["a", "b"]), timeout=t), "ab")
             self.assertEqual(list(stub.BidirectionalStreamingEcho(iter(["x", "y"]), timeout=t)), ["x", "y"])
 
-    def run_mode(self, mode, extra=()):
+    def run_mode(self, mode, extra=(), sleep_us=None):
         sets = ["executor.mode=%s" % mode] + list(extra)
         rnd = random.Random(mode)
         with Daemon(sets=sets) as d:
             # the threads of an idle daemon: its pools start with it, cached workers come later
             start_threads = d.metrics().metric("echod_threads")
             # one round first: pools, arenas and caches reach their working size
-            self.kill_round(d, rnd)
+            self.kill_round(d, rnd, sleep_us)
             # cached workers come and go (keep_alive): compare with none alive. A worker leaves
             # echod_executor_threads before its thread is gone (slow under valgrind), so the
             # thread count must come back to the start's as well.
             base = self.settle(d, threads=start_threads, no_workers=mode == "cached")
             for _ in range(ROUNDS):
-                self.kill_round(d, rnd)
+                self.kill_round(d, rnd, sleep_us)
             after = self.settle(d, threads=base["threads"])
             grew = after["rss"] - base["rss"]
             sys.stderr.write("\n  %s: %d x %d clients killed; fds %d -> %d, threads %d -> %d, "
@@ -165,6 +173,10 @@ class KillClients(unittest.TestCase):
 
     def test_workstealing(self):
         self.run_mode("workstealing", ["executor.threads=2"])
+
+    def test_virtual_killed_mid_sleep(self):
+        # every call sleeps 50 ms, so most virtual threads are parked when their client dies
+        self.run_mode("virtual", ["executor.threads=2"], sleep_us=50000)
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ class Daemon {
     while (Date.now() < until) {
       if (this.exited) throw new Error(`echod exited early: ${JSON.stringify(this.exited)}\n${this.log()}`);
       try {
-        const r = await httpGet(this.adminPort, '/healthz');
+        const r = await httpGet(this.adminPort, '/readyz'); // 200 once every thread runs
         if (r.status === 200 && await tcpConnect(this.grpcPort)) return this;
       } catch (e) { /* not up yet */ }
       await sleep(20);

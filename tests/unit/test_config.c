@@ -142,7 +142,8 @@ static void test_defaults(void)
     CHECK(def.limits.max_calls_in_flight == 0 && def.limits.max_connections == 0);
     CHECK(def.executor.mode == ECHOD_EXEC_DIRECT && def.executor.threads == 0 && def.executor.max_threads == 0);
     CHECK(def.executor.keep_alive_ms == 60000);
-    CHECK(def.dispatch.serialize == ECHOD_SERIALIZE_AUTO);
+    CHECK(def.executor.stack_bytes == ECHOD_EXEC_STACK_BYTES_DEFAULT);
+    CHECK(def.dispatch.serialize == ECHOD_SERIALIZE_AUTO && !def.dispatch.unwrap_sequential);
     CHECK(!def.dispatch.merge_lookup_and_start && !def.dispatch.coalesce_end_stream);
     CHECK(def.dispatch.sched_policy == ECHOD_SCHED_OTHER);
     CHECK(def.dispatch.per_method_count == 0 && def.dispatch.per_method == NULL);
@@ -213,7 +214,7 @@ static void test_arms(void)
         n++;
     }
     closedir(d);
-    CHECK(n == 11);
+    CHECK(n == 13);
 
     /* Spot-check that each arm says what its name promises. */
     echod_config_t cfg;
@@ -235,8 +236,27 @@ static void test_arms(void)
     echod_config_free(&cfg);
 
     echod_config_init(&cfg);
+    CHECK(echod_config_load_file(&cfg, SRC("config/arms/virtual.yaml"), err, sizeof(err)) == 0);
+    CHECK(cfg.executor.mode == ECHOD_EXEC_VIRTUAL && cfg.executor.threads == 0 && cfg.executor.stack_bytes == 65536);
+    echod_config_free(&cfg);
+
+    echod_config_init(&cfg);
     CHECK(echod_config_load_file(&cfg, SRC("config/arms/direct-serialized.yaml"), err, sizeof(err)) == 0);
     CHECK(cfg.dispatch.serialize == ECHOD_SERIALIZE_ALWAYS && cfg.executor.mode == ECHOD_EXEC_DIRECT);
+    echod_config_free(&cfg);
+
+    echod_config_init(&cfg);
+    CHECK(echod_config_load_file(&cfg, SRC("config/arms/fixed.yaml"), err, sizeof(err)) == 0);
+    CHECK(cfg.executor.mode == ECHOD_EXEC_FIXED && !cfg.dispatch.unwrap_sequential);
+    echod_config_free(&cfg);
+
+    echod_config_init(&cfg);
+    CHECK(echod_config_load_file(&cfg, SRC("config/arms/fixed-unwrapped.yaml"), err, sizeof(err)) == 0);
+    CHECK(cfg.executor.mode == ECHOD_EXEC_FIXED && cfg.executor.threads == 1 && cfg.dispatch.unwrap_sequential);
+    echod_config_free(&cfg);
+
+    CHECK(load_ok("dispatch: {unwrap_sequential: on}\n", &cfg));
+    CHECK(cfg.dispatch.unwrap_sequential);
     echod_config_free(&cfg);
 
     echod_config_init(&cfg);
@@ -803,7 +823,7 @@ static void test_file_errors(void)
                           "echo.server_streaming_count: expected an integer from 1 to 100000"));
     /* Enums list what they accept. */
     CHECK(load_fails_with("executor:\n  mode: forkjoin\n", ":2:9: executor.mode: expected one of direct, fixed, "
-                                                           "cached, workstealing, got \"forkjoin\""));
+                                                           "cached, workstealing, virtual, got \"forkjoin\""));
     CHECK(load_fails_with("transport: {flush: later}\n", ":1:20: transport.flush: expected one of loop_tail, "
                                                          "read_complete, immediate, got \"later\""));
     CHECK(load_fails_with("dispatch: {serialize: never}\n", "dispatch.serialize: expected one of auto, always, got "
@@ -964,8 +984,11 @@ static void test_set(void)
     /* Errors: same rules as files, prefixed with --set and the key path, no line numbers. */
     CHECK(set_fails_with("executor.threads=many", "--set executor.threads: expected an integer from 0 to 1024, got "
                                                   "\"many\""));
-    CHECK(set_fails_with("executor.mode=bogus",
-                         "--set executor.mode: expected one of direct, fixed, cached, workstealing, got \"bogus\""));
+    CHECK(set_fails_with("executor.stack_bytes=1000",
+                         "--set executor.stack_bytes: expected an integer from 16384 to 67108864, got \"1000\""));
+    CHECK(set_fails_with(
+        "executor.mode=bogus",
+        "--set executor.mode: expected one of direct, fixed, cached, workstealing, virtual, got \"bogus\""));
     CHECK(set_fails_with("executor.mode", "--set executor.mode: expected key.path=value"));
     CHECK(set_fails_with("=fixed", "expected key.path=value"));
     CHECK(set_fails_with("executor.moed=fixed", "--set executor.moed: unknown key \"moed\"; valid keys of executor: "

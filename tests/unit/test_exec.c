@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 #include "check.h"
 #include "dispatch/exec.h"
 #include "dispatch/exec_internal.h"
@@ -30,7 +32,7 @@
 
 #define PRODUCERS 4
 
-static const char *const mode_names[] = {"direct", "fixed", "cached", "workstealing"};
+static const char *const mode_names[] = {"direct", "fixed", "cached", "workstealing", "virtual"};
 
 static void sleep_ms(unsigned ms)
 {
@@ -301,7 +303,8 @@ static void test_sequential_flags(void)
     } cases[] = {{ECHOD_EXEC_DIRECT, 0, 1},
                  {ECHOD_EXEC_FIXED, 2, 0},
                  {ECHOD_EXEC_CACHED, 0, 0},
-                 {ECHOD_EXEC_WORKSTEALING, 1, 0}};
+                 {ECHOD_EXEC_WORKSTEALING, 1, 0},
+                 {ECHOD_EXEC_VIRTUAL, 1, 0}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         echod_exec_t *exec = make(cases[i].mode, cases[i].threads, 0, 1000, NULL);
         CHECK(exec != NULL);
@@ -560,7 +563,11 @@ static void test_gauges(echod_exec_mode_t mode)
         echod_exec_submit(exec, t);
     }
     CHECK(echod_exec_queue_depth(exec) == 10);
-    CHECK(echod_exec_threads(exec) == 1);
+    /* virtual: the carrier and the unparker (which may still be starting) */
+    unsigned want_threads = mode == ECHOD_EXEC_VIRTUAL ? 2u : 1u;
+    for (int i = 0; i < 20000 && echod_exec_threads(exec) < want_threads; i++)
+        sleep_ms(1);
+    CHECK(echod_exec_threads(exec) == want_threads);
     CHECK(echod_exec_busy_threads(exec) == 1);
     atomic_store(&gate_open, 1);
     CHECK(wait_count(&gauge_done, 10, 10000));
@@ -694,21 +701,167 @@ static void test_shutdown(echod_exec_mode_t mode)
     CHECK(atomic_load(&gauge_done) == quick);
 }
 
+/* ---- virtual: sleeps park, cancels wake early, destroy wakes sleepers, overflows fault ---- */
+
+typedef struct {
+    echod_task_t task;
+    echod_exec_sleeper_t sleeper;
+    atomic_int cancelled;
+    uint64_t sleep_ns;
+    int slept; /* echod_exec_sleep's result */
+} sleep_task_t;
+
+static _Atomic unsigned long sleeps_done;
+
+static void sleep_run(echod_task_t *t)
+{
+    sleep_task_t *st = (sleep_task_t *)t;
+    st->slept = echod_exec_sleep(&st->sleeper, st->sleep_ns);
+    atomic_fetch_add(&sleeps_done, 1);
+}
+
+static sleep_task_t *sleep_tasks(unsigned n, uint64_t sleep_ns)
+{
+    sleep_task_t *st = calloc(n, sizeof(*st));
+    for (unsigned i = 0; i < n; i++) {
+        st[i].task.run = sleep_run;
+        atomic_init(&st[i].cancelled, 0);
+        echod_exec_sleeper_init(&st[i].sleeper, &st[i].cancelled);
+        st[i].sleep_ns = sleep_ns;
+        st[i].slept = 99;
+    }
+    return st;
+}
+
+static echod_exec_vthreads_t vthreads(echod_exec_t *exec)
+{
+    echod_exec_vthreads_t v = {0};
+    CHECK(echod_exec_vthreads(exec, &v) == 1);
+    return v;
+}
+
+static void test_virtual_parks(void)
+{
+    /* 64 sleeps of 10 ms on one carrier: every one parks, so all of them overlap */
+    enum { n = 64 };
+    echod_exec_t *exec = make(ECHOD_EXEC_VIRTUAL, 1, 0, 0, "vt-park");
+    CHECK(exec != NULL);
+    if (exec == NULL)
+        return;
+    sleep_task_t *st = sleep_tasks(n, 10 * 1000000u);
+    atomic_store(&sleeps_done, 0);
+    uint64_t t0 = echod_now_ns();
+    for (unsigned i = 0; i < n; i++)
+        echod_exec_submit(exec, &st[i].task);
+    CHECK(wait_count(&sleeps_done, n, 20000));
+    uint64_t wall_ms = (echod_now_ns() - t0) / 1000000u;
+    echod_exec_vthreads_t v = vthreads(exec);
+    CHECK(v.started == n && v.parks == n && v.unparks == n);
+    for (int i = 0; i < 20000 && vthreads(exec).live != 0; i++)
+        sleep_ms(1);
+    CHECK(vthreads(exec).live == 0);
+    for (unsigned i = 0; i < n; i++)
+        CHECK(st[i].slept == 0);
+    /* a blocking sleep off a virtual thread says so, and the caller sleeps itself */
+    CHECK(echod_exec_sleep(&st[0].sleeper, 1000) == -1);
+    echod_exec_destroy(exec);
+    free(st);
+    printf("virtual: %u sleeps of 10 ms on 1 carrier took %llu ms\n", (unsigned)n, (unsigned long long)wall_ms);
+}
+
+static void test_virtual_interrupt(void)
+{
+    echod_exec_t *exec = make(ECHOD_EXEC_VIRTUAL, 1, 0, 0, "vt-intr");
+    CHECK(exec != NULL);
+    if (exec == NULL)
+        return;
+    sleep_task_t *st = sleep_tasks(2, 60ull * 1000000000u);
+    atomic_store(&sleeps_done, 0);
+    /* cancelled before it sleeps: no park at all */
+    atomic_store(&st[1].cancelled, 1);
+    echod_exec_submit(exec, &st[1].task);
+    CHECK(wait_count(&sleeps_done, 1, 20000));
+    CHECK(vthreads(exec).parks == 0);
+    /* cancelled while parked (or while parking: the protocol covers both) */
+    echod_exec_submit(exec, &st[0].task);
+    for (int i = 0; i < 20000 && vthreads(exec).parks != 1; i++)
+        sleep_ms(1);
+    atomic_store(&st[0].cancelled, 1);
+    echod_exec_interrupt(&st[0].sleeper);
+    CHECK(wait_count(&sleeps_done, 2, 20000)); /* not 60 s */
+    echod_exec_vthreads_t v = vthreads(exec);
+    CHECK(v.parks == 1 && v.unparks == 1);
+    echod_exec_interrupt(&st[0].sleeper); /* nothing parked: nothing happens */
+    CHECK(vthreads(exec).unparks == 1);
+    echod_exec_destroy(exec);
+    free(st);
+}
+
+static void test_virtual_destroy_wakes_sleepers(void)
+{
+    echod_exec_t *exec = make(ECHOD_EXEC_VIRTUAL, 2, 0, 0, "vt-stop");
+    CHECK(exec != NULL);
+    if (exec == NULL)
+        return;
+    sleep_task_t *st = sleep_tasks(8, 60ull * 1000000000u);
+    atomic_store(&sleeps_done, 0);
+    for (unsigned i = 0; i < 8; i++)
+        echod_exec_submit(exec, &st[i].task);
+    for (int i = 0; i < 20000 && vthreads(exec).parks != 8; i++)
+        sleep_ms(1);
+    uint64_t t0 = echod_now_ns();
+    echod_exec_destroy(exec);
+    CHECK(atomic_load(&sleeps_done) == 8);
+    CHECK(echod_now_ns() - t0 < 30ull * 1000000000u);
+    free(st);
+}
+
+static _Atomic unsigned long deep_frames;
+
+static __attribute__((noinline)) unsigned long recurse(unsigned long n)
+{
+    volatile char pad[256];
+    pad[0] = (char)n;
+    atomic_fetch_add(&deep_frames, 1);
+    if (n == 0)
+        return pad[0];
+    return recurse(n - 1) + pad[0];
+}
+
+static void deep_run(echod_task_t *t)
+{
+    (void)t;
+    recurse(1u << 16); /* 16 MiB of frames on a 16 KiB stack */
+    _exit(0);          /* the guard page let it through: memory was corrupted */
+}
+
+static void test_virtual_guard_page(void)
+{
+    /* a child overflows its virtual thread's stack: it must die (SIGSEGV, or ASan's report) */
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        echod_exec_config_t cfg = {.mode = ECHOD_EXEC_VIRTUAL, .threads = 1, .stack_bytes = 16384};
+        echod_exec_t *exec = echod_exec_create(&cfg, "vt-guard", NULL, 0);
+        if (exec == NULL)
+            _exit(3);
+        static echod_task_t t = {.run = deep_run};
+        echod_exec_submit(exec, &t);
+        sleep_ms(30000);
+        _exit(4);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(!(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) >= 3)));
+}
+
 /* ---- CPU count ---- */
 
 static void test_cpus(void)
 {
-    unsigned cpus = 99;
+    /* the cgroup side of the count: tests/unit/test_cgroup.c */
     CHECK(echod_exec_available_cpus() >= 1);
-    CHECK(echod_exec__parse_cpu_max("max 100000\n", &cpus) == 0);
-    CHECK(echod_exec__parse_cpu_max("max\n", &cpus) == 0);
-    CHECK(echod_exec__parse_cpu_max("100000 100000\n", &cpus) == 1 && cpus == 1);
-    CHECK(echod_exec__parse_cpu_max("150000 100000\n", &cpus) == 1 && cpus == 2);
-    CHECK(echod_exec__parse_cpu_max("50000 100000", &cpus) == 1 && cpus == 1);
-    CHECK(echod_exec__parse_cpu_max("400000 100000\n", &cpus) == 1 && cpus == 4);
-    CHECK(echod_exec__parse_cpu_max("", &cpus) == -1);
-    CHECK(echod_exec__parse_cpu_max("lots\n", &cpus) == -1);
-    CHECK(echod_exec__parse_cpu_max("100000 0\n", &cpus) == -1);
 
     /* threads: 0 means the CPUs we may use. */
     echod_exec_t *exec = make(ECHOD_EXEC_FIXED, 0, 0, 0, "cpus");
@@ -750,18 +903,24 @@ int main(void)
     test_exactly_once(ECHOD_EXEC_CACHED, 0, cached_n);
     test_exactly_once(ECHOD_EXEC_WORKSTEALING, 4, big);
     test_exactly_once(ECHOD_EXEC_WORKSTEALING, 1, big / 4);
+    test_exactly_once(ECHOD_EXEC_VIRTUAL, 4, big / 4);
+    test_exactly_once(ECHOD_EXEC_VIRTUAL, 1, big / 8);
     test_thread_names();
     test_fixed1_fifo();
     test_sequential_flags();
     test_cached_grows_and_expires();
     test_cached_max_threads();
     test_workstealing_steals();
-    for (echod_exec_mode_t m = ECHOD_EXEC_FIXED; m <= ECHOD_EXEC_WORKSTEALING; m++) {
+    for (echod_exec_mode_t m = ECHOD_EXEC_FIXED; m <= ECHOD_EXEC_VIRTUAL; m++) {
         test_gauges(m);
         test_observer(m);
     }
-    for (echod_exec_mode_t m = ECHOD_EXEC_DIRECT; m <= ECHOD_EXEC_WORKSTEALING; m++)
+    for (echod_exec_mode_t m = ECHOD_EXEC_DIRECT; m <= ECHOD_EXEC_VIRTUAL; m++)
         test_shutdown(m);
+    test_virtual_parks();
+    test_virtual_interrupt();
+    test_virtual_destroy_wakes_sleepers();
+    test_virtual_guard_page();
     test_cpus();
     test_create_errors();
     CHECK(!echod_exec_on_worker());

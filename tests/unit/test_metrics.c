@@ -265,7 +265,8 @@ static void test_render(echod_exec_t *pool)
 
     CHECK(has_line(text,
                    "echod_build_info{version=\"9.8.7\",arm=\"a\\\"rm\\\\x\\ny\",executor=\"fixed\","
-                   "serialize=\"always\",merge_lookup_and_start=\"true\",coalesce_end_stream=\"false\","
+                   "serialize=\"always\",unwrap_sequential=\"false\",merge_lookup_and_start=\"true\",coalesce_end_"
+                   "stream=\"false\","
                    "flush=\"read_complete\",sched_policy=\"other\",config_sha256=\"0123456789abcdef0123456789abcdef"
                    "0123456789abcdef0123456789abcdef\"} 1"));
     free(text);
@@ -463,6 +464,12 @@ static void test_admin(void)
     CHECK(r != NULL && strcmp(body_of(r), "ok\n") == 0);
     free(r);
 
+    /* not ready until main says every thread runs */
+    r = http(port, "GET", "/readyz");
+    CHECK(status_of(r) == 503);
+    CHECK(r != NULL && strcmp(body_of(r), "starting\n") == 0);
+    free(r);
+    echod_admin_set_serving(admin);
     r = http(port, "GET", "/readyz");
     CHECK(status_of(r) == 200);
     CHECK(r != NULL && strcmp(body_of(r), "ready\n") == 0);
@@ -500,6 +507,10 @@ static void test_admin(void)
     r = http(port, "GET", "/readyz");
     CHECK(status_of(r) == 503);
     CHECK(r != NULL && strcmp(body_of(r), "draining\n") == 0);
+    free(r);
+    echod_admin_set_serving(admin); /* never back from draining */
+    r = http(port, "GET", "/readyz");
+    CHECK(status_of(r) == 503);
     free(r);
     r = http(port, "GET", "/healthz");
     CHECK(status_of(r) == 200);

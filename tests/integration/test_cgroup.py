@@ -1,0 +1,105 @@
+"""echod in a real cgroup v1 cpu cgroup with a quota of one CPU: echod_effective_cpus is 1, a
+`threads: 0` pool has one thread, and the throttling counters come from the v1 cpu.stat.
+
+Needs root and the cgroup v1 cpu controller mounted (as on hybrid hosts: /sys/fs/cgroup/cpu);
+skipped with the reason otherwise. The reader itself, on fixture trees for v2, v1, hybrid,
+nested, unlimited and unreadable files, is tests/unit/test_cgroup.c.
+"""
+
+import os
+import shlex
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from echod_harness import SLOW, Daemon, EchoStub  # noqa: E402
+
+
+def v1_cpu_mount():
+    """The mount point of the v1 hierarchy holding the cpu controller, or None."""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            dev, mnt, fstype, opts = line.split()[:4]
+            if fstype == "cgroup" and "cpu" in opts.split(","):
+                return mnt
+    return None
+
+
+def own_v1_path(mount):
+    """Our cgroup in that hierarchy, from /proc/self/cgroup."""
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _id, controllers, path = line.rstrip("\n").split(":", 2)
+            if "cpu" in controllers.split(","):
+                return path
+    return "/"
+
+
+class CgroupDaemon(Daemon):
+    """A Daemon whose process enters `procs` (a cgroup.procs file) before exec'ing echod, so
+    every thread it starts is in that cgroup."""
+
+    def __init__(self, procs, **kw):
+        super().__init__(**kw)
+        self.procs = procs
+
+    def command(self):
+        return ["/bin/sh", "-c", 'echo $$ > %s && exec "$@"' % shlex.quote(self.procs), "sh"] + super().command()
+
+
+class V1Quota(unittest.TestCase):
+    def setUp(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to make a cgroup")
+        mount = v1_cpu_mount()
+        if mount is None:
+            self.skipTest("no cgroup v1 cpu controller mounted (a pure cgroup v2 host)")
+        parent = os.path.join(mount, own_v1_path(mount).lstrip("/"))
+        self.dir = os.path.join(parent, "echod-test-%d" % os.getpid())
+        try:
+            os.mkdir(self.dir)
+            with open(os.path.join(self.dir, "cpu.cfs_period_us")) as f:
+                period = int(f.read())
+            with open(os.path.join(self.dir, "cpu.cfs_quota_us"), "w") as f:
+                f.write("%d\n" % period)  # one CPU
+        except OSError as e:
+            self.skipTest("cannot make a v1 cpu cgroup with a quota under %s: %s" % (parent, e))
+        self.addCleanup(self.remove)
+
+    def remove(self):
+        try:
+            os.rmdir(self.dir)
+        except OSError:
+            pass
+
+    def test_one_cpu_quota(self):
+        cpus = len(os.sched_getaffinity(0))
+        sets = ["executor.mode=fixed", "executor.threads=0"]
+        with CgroupDaemon(os.path.join(self.dir, "cgroup.procs"), sets=sets) as d:
+            with open(os.path.join(self.dir, "cgroup.procs")) as f:
+                self.assertIn(str(d.proc.pid), f.read().split(), "echod is in the test cgroup")
+            with d.channel() as ch:
+                stub = EchoStub(ch)
+                for _ in range(20):
+                    self.assertEqual(stub.UnaryEcho("q", timeout=20 * SLOW,
+                                                    metadata=[("echod-cpu-us", "2000")]), "q")
+            m = d.metrics()
+            self.assertEqual(m.metric("echod_effective_cpus"), 1,
+                             "a 1-CPU v1 quota on a %d-CPU machine" % cpus)
+            self.assertEqual(m.metric("echod_executor_threads"), 1, "threads: 0 sizes the pool to 1")
+            self.assertEqual(m.metric("echod_cgroup_info", cpu="v1"), 1)
+            self.assertEqual(m.metric("echod_cgroup_cpu_quota_cpus"), 1)
+            # the v1 cpu.stat of our cgroup: 40 ms of handler CPU ran in CFS periods
+            self.assertTrue(m.has("echod_cgroup_cpu_throttled_periods_total"), "v1 throttling counters")
+            self.assertGreater(m.metric("echod_cgroup_cpu_periods_total"), 0)
+
+        # the same machine without the quota: the affinity mask
+        with Daemon(sets=sets) as d:
+            m = d.metrics()
+            self.assertEqual(m.metric("echod_effective_cpus"), cpus)
+            self.assertEqual(m.metric("echod_executor_threads"), cpus)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
