@@ -365,17 +365,6 @@ static int64_t load_int(const void *field, size_t size)
     return x;
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* Renders a user value for an error message: quoted, one line, bounded, so the message stays one line. */
 static void quote_value(char *dst, size_t cap, const char *src)
 {
@@ -575,10 +564,10 @@ static void node_error(apply_ctx_t *ctx, const yaml_node_t *node, const char *fm
     va_end(ap);
     const char *path = ctx->path[0] != '\0' ? ctx->path : "(top level)";
     if (ctx->file != NULL)
-        set_err(ctx->err, ctx->errlen, "%s:%zu:%zu: %s: %s", ctx->file, node->start_mark.line + 1,
-                node->start_mark.column + 1, path, msg);
+        echod_set_err(ctx->err, ctx->errlen, "%s:%zu:%zu: %s: %s", ctx->file, node->start_mark.line + 1,
+                      node->start_mark.column + 1, path, msg);
     else
-        set_err(ctx->err, ctx->errlen, "--set %s: %s", path, msg);
+        echod_set_err(ctx->err, ctx->errlen, "--set %s: %s", path, msg);
 }
 
 /* Pushes one segment onto ctx->path; returns the old length so the caller can pop it. */
@@ -1217,17 +1206,17 @@ static void yaml_error(const yaml_parser_t *parser, const char *where, const cha
     if (parser->error == YAML_READER_ERROR)
         offset_to_mark(buf, len, parser->problem_offset, &line, &col);
     if (parser->context != NULL)
-        set_err(err, errlen, "%s:%zu:%zu: YAML syntax error: %s (%s at line %zu, column %zu)", where, line, col,
-                problem, parser->context, parser->context_mark.line + 1, parser->context_mark.column + 1);
+        echod_set_err(err, errlen, "%s:%zu:%zu: YAML syntax error: %s (%s at line %zu, column %zu)", where, line, col,
+                      problem, parser->context, parser->context_mark.line + 1, parser->context_mark.column + 1);
     else
-        set_err(err, errlen, "%s:%zu:%zu: YAML syntax error: %s", where, line, col, problem);
+        echod_set_err(err, errlen, "%s:%zu:%zu: YAML syntax error: %s", where, line, col, problem);
 }
 
 static int read_file(const char *path, char **buf, size_t *len, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
-        set_err(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        echod_set_err(err, errlen, "cannot read %s: %s", path, strerror(errno));
         return -1;
     }
     size_t cap = 4096, n = 0;
@@ -1245,7 +1234,7 @@ static int read_file(const char *path, char **buf, size_t *len, char *err, size_
         int e = errno;
         fclose(f);
         free(data);
-        set_err(err, errlen, "cannot read %s: %s", path, strerror(e));
+        echod_set_err(err, errlen, "cannot read %s: %s", path, strerror(e));
         return -1;
     }
     fclose(f);
@@ -1282,8 +1271,8 @@ int echod_config_load_file(echod_config_t *cfg, const char *path, char *err, siz
         }
         yaml_node_t *extra_root = yaml_document_get_root_node(&extra);
         if (extra_root != NULL) {
-            set_err(err, errlen, "%s:%zu:%zu: only one YAML document is allowed", path, extra.start_mark.line + 1,
-                    extra.start_mark.column + 1);
+            echod_set_err(err, errlen, "%s:%zu:%zu: only one YAML document is allowed", path, extra.start_mark.line + 1,
+                          extra.start_mark.column + 1);
             yaml_document_delete(&extra);
             goto out;
         }
@@ -1342,8 +1331,9 @@ static int resolve_set_path(apply_ctx_t *ctx, const char *path, set_target_t *t)
             list_keys(keys, sizeof(keys), section->children);
             snprintf(seg, sizeof(seg), "%.*s", (int)n, p);
             quote_value(q, sizeof(q), seg);
-            set_err(ctx->err, ctx->errlen, "--set %s: unknown key %s; valid keys %s%s: %s", path, q,
-                    section == &root_key ? "at the top level" : "of ", section == &root_key ? "" : section->name, keys);
+            echod_set_err(ctx->err, ctx->errlen, "--set %s: unknown key %s; valid keys %s%s: %s", path, q,
+                          section == &root_key ? "at the top level" : "of ", section == &root_key ? "" : section->name,
+                          keys);
             return -1;
         }
         if (dot == NULL) {
@@ -1358,8 +1348,8 @@ static int resolve_set_path(apply_ctx_t *ctx, const char *path, set_target_t *t)
             continue;
         }
         if (child->kind != KEY_PER_METHOD) {
-            set_err(ctx->err, ctx->errlen, "--set %s: %.*s is not a mapping, it takes a value itself", path,
-                    (int)(p - 1 - path), path);
+            echod_set_err(ctx->err, ctx->errlen, "--set %s: %.*s is not a mapping, it takes a value itself", path,
+                          (int)(p - 1 - path), path);
             return -1;
         }
         const char *second = p[0] == '/' ? strchr(p + 1, '/') : NULL;
@@ -1369,9 +1359,9 @@ static int resolve_set_path(apply_ctx_t *ctx, const char *path, set_target_t *t)
         if (!valid_method_path(t->method) || mlen >= sizeof(t->method)) {
             char q[160];
             quote_value(q, sizeof(q), t->method);
-            set_err(ctx->err, ctx->errlen,
-                    "--set %s: expected a method path \"/package.Service/Method\" after %s., got %s", path,
-                    child->map->path, q);
+            echod_set_err(ctx->err, ctx->errlen,
+                          "--set %s: expected a method path \"/package.Service/Method\" after %s., got %s", path,
+                          child->map->path, q);
             return -1;
         }
         t->map = child->map;
@@ -1390,13 +1380,13 @@ int echod_config_set(echod_config_t *cfg, const char *assignment, char *err, siz
 {
     const char *eq = strchr(assignment, '=');
     if (eq == NULL) {
-        set_err(err, errlen, "--set %s: expected key.path=value", assignment);
+        echod_set_err(err, errlen, "--set %s: expected key.path=value", assignment);
         return -1;
     }
     char path[512];
     if ((size_t)(eq - assignment) >= sizeof(path) || eq == assignment) {
-        set_err(err, errlen, "--set %s: expected key.path=value with a key path of 1 to %zu characters", assignment,
-                sizeof(path) - 1);
+        echod_set_err(err, errlen, "--set %s: expected key.path=value with a key path of 1 to %zu characters",
+                      assignment, sizeof(path) - 1);
         return -1;
     }
     memcpy(path, assignment, (size_t)(eq - assignment));
@@ -1422,10 +1412,10 @@ int echod_config_set(echod_config_t *cfg, const char *assignment, char *err, siz
     if (!ok) {
         char q[160];
         quote_value(q, sizeof(q), value);
-        set_err(err, errlen,
-                "--set %s: cannot parse %s as a YAML value: %s (put a string that starts with [ { * & ! | > %% @ "
-                "or ` in double quotes)",
-                path, q, parser.problem != NULL ? parser.problem : "unknown error");
+        echod_set_err(err, errlen,
+                      "--set %s: cannot parse %s as a YAML value: %s (put a string that starts with [ { * & ! | > %% @ "
+                      "or ` in double quotes)",
+                      path, q, parser.problem != NULL ? parser.problem : "unknown error");
         yaml_parser_delete(&parser);
         echod_config_free(&work);
         return -1;
@@ -1443,7 +1433,7 @@ int echod_config_set(echod_config_t *cfg, const char *assignment, char *err, siz
     if (node != NULL)
         note_origin(&ctx, node);
     if (node == NULL) {
-        set_err(err, errlen, "--set %s: out of memory", path);
+        echod_set_err(err, errlen, "--set %s: out of memory", path);
     } else if (t.map != NULL && t.key == t.map->entry) {
         ret = apply_method_entry(&ctx, t.map, t.method, node);
     } else if (t.map != NULL) {
@@ -1615,39 +1605,40 @@ static int check_work(const echod_config_t *cfg, const char *path, const echod_w
 {
     char cap[64], at[320];
     if (w->response_bytes < -1 || w->response_bytes > (int64_t)cfg->work.max_response_bytes) {
-        set_err(err, errlen,
-                "%s: %s.response_bytes: %lld is outside -1..%u, where the top is work.max_response_bytes; raise "
-                "work.max_response_bytes or lower the value",
-                where_field(cfg, path, "response_bytes", at, sizeof(at)), path, (long long)w->response_bytes,
-                cfg->work.max_response_bytes);
+        echod_set_err(err, errlen,
+                      "%s: %s.response_bytes: %lld is outside -1..%u, where the top is work.max_response_bytes; raise "
+                      "work.max_response_bytes or lower the value",
+                      where_field(cfg, path, "response_bytes", at, sizeof(at)), path, (long long)w->response_bytes,
+                      cfg->work.max_response_bytes);
         return -1;
     }
     if (cfg->work.max_cpu_ms < UINT64_MAX / 1000 && w->cpu_us > cfg->work.max_cpu_ms * 1000) {
         describe_max_duration(cap, sizeof(cap), cfg->work.max_cpu_ms);
-        set_err(err, errlen,
-                "%s: %s.cpu_us: %u us is more than work.max_cpu allows (%s = %llu us); raise work.max_cpu or "
-                "lower the value",
-                where_field(cfg, path, "cpu_us", at, sizeof(at)), path, w->cpu_us, cap,
-                (unsigned long long)cfg->work.max_cpu_ms * 1000);
+        echod_set_err(err, errlen,
+                      "%s: %s.cpu_us: %u us is more than work.max_cpu allows (%s = %llu us); raise work.max_cpu or "
+                      "lower the value",
+                      where_field(cfg, path, "cpu_us", at, sizeof(at)), path, w->cpu_us, cap,
+                      (unsigned long long)cfg->work.max_cpu_ms * 1000);
         return -1;
     }
     if (cfg->work.max_sleep_ms < UINT64_MAX / 1000 && w->sleep_us > cfg->work.max_sleep_ms * 1000) {
         describe_max_duration(cap, sizeof(cap), cfg->work.max_sleep_ms);
-        set_err(err, errlen,
-                "%s: %s.sleep_us: %u us is more than work.max_sleep allows (%s = %llu us); raise work.max_sleep or "
-                "lower the value",
-                where_field(cfg, path, "sleep_us", at, sizeof(at)), path, w->sleep_us, cap,
-                (unsigned long long)cfg->work.max_sleep_ms * 1000);
+        echod_set_err(
+            err, errlen,
+            "%s: %s.sleep_us: %u us is more than work.max_sleep allows (%s = %llu us); raise work.max_sleep or "
+            "lower the value",
+            where_field(cfg, path, "sleep_us", at, sizeof(at)), path, w->sleep_us, cap,
+            (unsigned long long)cfg->work.max_sleep_ms * 1000);
         return -1;
     }
     if (w->status > MAX_STATUS) {
-        set_err(err, errlen, "%s: %s.status: expected a gRPC status code from 0 to %d, got %u",
-                where_field(cfg, path, "status", at, sizeof(at)), path, MAX_STATUS, w->status);
+        echod_set_err(err, errlen, "%s: %s.status: expected a gRPC status code from 0 to %d, got %u",
+                      where_field(cfg, path, "status", at, sizeof(at)), path, MAX_STATUS, w->status);
         return -1;
     }
     if (!(w->error_rate >= 0.0 && w->error_rate <= 1.0)) {
-        set_err(err, errlen, "%s: %s.error_rate: expected a number from 0.0 to 1.0, got %g",
-                where_field(cfg, path, "error_rate", at, sizeof(at)), path, w->error_rate);
+        echod_set_err(err, errlen, "%s: %s.error_rate: expected a number from 0.0 to 1.0, got %g",
+                      where_field(cfg, path, "error_rate", at, sizeof(at)), path, w->error_rate);
         return -1;
     }
     return 0;
@@ -1659,10 +1650,11 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
     char at[320]; /* where the key an error names got its value: FILE:LINE:COL, --set or the file */
 
     if ((cfg->tls.cert[0] == '\0') != (cfg->tls.key[0] == '\0')) {
-        set_err(err, errlen,
-                "%s: tls.cert and tls.key: set both to serve TLS, or leave both empty for plaintext h2c "
-                "(only tls.%s is set)",
-                where_either(cfg, "tls.cert", "tls.key", at, sizeof(at)), cfg->tls.cert[0] != '\0' ? "cert" : "key");
+        echod_set_err(err, errlen,
+                      "%s: tls.cert and tls.key: set both to serve TLS, or leave both empty for plaintext h2c "
+                      "(only tls.%s is set)",
+                      where_either(cfg, "tls.cert", "tls.key", at, sizeof(at)),
+                      cfg->tls.cert[0] != '\0' ? "cert" : "key");
         return -1;
     }
 
@@ -1674,23 +1666,23 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
     if (echod_config_parse_hostport(cfg->listen.grpc, grpc_host, sizeof(grpc_host), &grpc_port) != 0) {
         char q[128];
         quote_value(q, sizeof(q), cfg->listen.grpc);
-        set_err(err, errlen, "%s: listen.grpc: %s, got %s", echod_config_where(cfg, "listen.grpc", at, sizeof(at)),
-                hostport_rule, q);
+        echod_set_err(err, errlen, "%s: listen.grpc: %s, got %s",
+                      echod_config_where(cfg, "listen.grpc", at, sizeof(at)), hostport_rule, q);
         return -1;
     }
     if (echod_config_parse_hostport(cfg->listen.admin, admin_host, sizeof(admin_host), &admin_port) != 0) {
         char q[128];
         quote_value(q, sizeof(q), cfg->listen.admin);
-        set_err(err, errlen, "%s: listen.admin: %s, got %s", echod_config_where(cfg, "listen.admin", at, sizeof(at)),
-                hostport_rule, q);
+        echod_set_err(err, errlen, "%s: listen.admin: %s, got %s",
+                      echod_config_where(cfg, "listen.admin", at, sizeof(at)), hostport_rule, q);
         return -1;
     }
     if (listeners_overlap(grpc_host, grpc_port, admin_host, admin_port)) {
-        set_err(err, errlen,
-                "%s: listen.grpc and listen.admin: both bind port %u on overlapping addresses (\"%s\" and "
-                "\"%s\"); give the admin listener its own port",
-                where_either(cfg, "listen.grpc", "listen.admin", at, sizeof(at)), grpc_port, cfg->listen.grpc,
-                cfg->listen.admin);
+        echod_set_err(err, errlen,
+                      "%s: listen.grpc and listen.admin: both bind port %u on overlapping addresses (\"%s\" and "
+                      "\"%s\"); give the admin listener its own port",
+                      where_either(cfg, "listen.grpc", "listen.admin", at, sizeof(at)), grpc_port, cfg->listen.grpc,
+                      cfg->listen.admin);
         return -1;
     }
     if (cfg->listen.rest[0] != '\0') {
@@ -1699,8 +1691,8 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
         if (echod_config_parse_hostport(cfg->listen.rest, rest_host, sizeof(rest_host), &rest_port) != 0) {
             char q[128];
             quote_value(q, sizeof(q), cfg->listen.rest);
-            set_err(err, errlen, "%s: listen.rest: %s, or \"\" for no REST listener, got %s",
-                    echod_config_where(cfg, "listen.rest", at, sizeof(at)), hostport_rule, q);
+            echod_set_err(err, errlen, "%s: listen.rest: %s, or \"\" for no REST listener, got %s",
+                          echod_config_where(cfg, "listen.rest", at, sizeof(at)), hostport_rule, q);
             return -1;
         }
         const struct {
@@ -1710,25 +1702,26 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
                       {"admin", "listen.admin", cfg->listen.admin, admin_host, admin_port}};
         for (size_t i = 0; i < 2; i++) {
             if (listeners_overlap(rest_host, rest_port, others[i].host, others[i].port)) {
-                set_err(err, errlen,
-                        "%s: listen.rest and listen.%s: both bind port %u on overlapping addresses (\"%s\" and "
-                        "\"%s\"); give the REST listener its own port",
-                        where_either(cfg, "listen.rest", others[i].key, at, sizeof(at)), others[i].name, rest_port,
-                        cfg->listen.rest, others[i].addr);
+                echod_set_err(err, errlen,
+                              "%s: listen.rest and listen.%s: both bind port %u on overlapping addresses (\"%s\" and "
+                              "\"%s\"); give the REST listener its own port",
+                              where_either(cfg, "listen.rest", others[i].key, at, sizeof(at)), others[i].name,
+                              rest_port, cfg->listen.rest, others[i].addr);
                 return -1;
             }
         }
     }
 
     if (cfg->dispatch.merge_lookup_and_start && cfg->dispatch.per_method_count != 0) {
-        set_err(err, errlen,
-                "%s: dispatch.merge_lookup_and_start and dispatch.per_method (%zu entr%s, first \"%s\") cannot be "
-                "combined: method_lookup and start_call are separate steps so that method_lookup can switch the call "
-                "to its per-method executor before start_call runs there; merged, there is no point at which to "
-                "switch. Drop one of the two",
-                where_either(cfg, "dispatch.merge_lookup_and_start", "dispatch.per_method", at, sizeof(at)),
-                cfg->dispatch.per_method_count, cfg->dispatch.per_method_count == 1 ? "y" : "ies",
-                cfg->dispatch.per_method[0].method);
+        echod_set_err(
+            err, errlen,
+            "%s: dispatch.merge_lookup_and_start and dispatch.per_method (%zu entr%s, first \"%s\") cannot be "
+            "combined: method_lookup and start_call are separate steps so that method_lookup can switch the call "
+            "to its per-method executor before start_call runs there; merged, there is no point at which to "
+            "switch. Drop one of the two",
+            where_either(cfg, "dispatch.merge_lookup_and_start", "dispatch.per_method", at, sizeof(at)),
+            cfg->dispatch.per_method_count, cfg->dispatch.per_method_count == 1 ? "y" : "ies",
+            cfg->dispatch.per_method[0].method);
         return -1;
     }
     for (size_t m = 0; m < NMAPS; m++) {
@@ -1738,8 +1731,8 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
             if (!valid_method_path(method)) {
                 char q[128];
                 quote_value(q, sizeof(q), method);
-                set_err(err, errlen, "%s: %s: expected a method path \"/package.Service/Method\" as key, got %s",
-                        where_field(cfg, map->path, method, at, sizeof(at)), map->path, q);
+                echod_set_err(err, errlen, "%s: %s: expected a method path \"/package.Service/Method\" as key, got %s",
+                              where_field(cfg, map->path, method, at, sizeof(at)), map->path, q);
                 return -1;
             }
         }
@@ -1760,7 +1753,7 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
             qsort(map_items(cfg, all_maps[m]), map_count_of(cfg, all_maps[m]), all_maps[m]->item_size, cmp_method);
 
     if (digest_dump(cfg) != 0) {
-        set_err(err, errlen, "%s: cannot compute the config digest", src);
+        echod_set_err(err, errlen, "%s: cannot compute the config digest", src);
         return -1;
     }
     return 0;
