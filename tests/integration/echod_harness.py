@@ -28,9 +28,10 @@ import unittest
 import urllib.error
 import urllib.request
 
-ROOT = os.environ.get("ECHOD_SOURCE_ROOT") or os.path.abspath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-ECHOD_BIN = os.environ.get("ECHOD_BIN") or os.path.join(ROOT, "build", "daemon", "echod")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from echodlib.paths import ECHOD_BIN, ROOT  # noqa: E402,F401
+from echodlib.ports import free_port, port_open  # noqa: E402,F401
+from echodlib.prom import Metrics, http_get, metric_delta, parse_metrics  # noqa: E402,F401
 SANITIZER = os.environ.get("ECHOD_SANITIZER", "")
 # Sanitizer builds run several times slower: every wait in the suite is scaled by this.
 SLOW = 4.0 if SANITIZER else 1.0
@@ -135,87 +136,6 @@ def grpc_unframe(data):
 
 # ---------------------------------------------------------------------------------------------
 # ports, HTTP, metrics
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_get(port, path, timeout=5.0):
-    """GET http://127.0.0.1:port/path -> (status, body bytes)."""
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-_LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-
-
-def _unescape(v):
-    return v.replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
-
-
-def parse_metrics(text):
-    """Prometheus text format 0.0.4 -> {(name, frozenset(labels.items())): float}."""
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "{" in line:
-            name, rest = line.split("{", 1)
-            labels_text, value_text = rest.rsplit("}", 1)
-            labels = {}
-            pos = 0
-            while pos < len(labels_text):
-                m = _LABEL_RE.match(labels_text, pos)
-                if not m:
-                    if labels_text[pos:].strip():
-                        raise ValueError("bad label set in metrics line: %r" % line)
-                    break
-                labels[m.group(1)] = _unescape(m.group(2))
-                pos = m.end()
-        else:
-            name, value_text = line.split(None, 1)
-            labels = {}
-        value = value_text.split()[0]  # an optional timestamp may follow
-        out[(name.strip(), frozenset(labels.items()))] = float(value)
-    return out
-
-
-class Metrics:
-    """One scrape of /metrics."""
-
-    def __init__(self, text):
-        self.text = text
-        self.samples = parse_metrics(text)
-
-    def has(self, name):
-        return any(n == name for n, _ in self.samples)
-
-    def series(self, name):
-        """[(labels dict, value)] of every sample called name."""
-        return [(dict(l), v) for (n, l), v in self.samples.items() if n == name]
-
-    def metric(self, name, **labels):
-        """Sum of the samples called name whose labels include every given label (0 if none)."""
-        want = set(labels.items())
-        return sum(v for (n, l), v in self.samples.items() if n == name and want <= l)
-
-    def metric_sum(self, name):
-        return self.metric(name)
-
-    def __getitem__(self, key):
-        name, labels = key
-        return self.samples[(name, frozenset(labels.items()))]
-
-
-def metric_delta(after, before, name, **labels):
-    return after.metric(name, **labels) - before.metric(name, **labels)
 
 
 STEPS = ("method_lookup", "start_call", "on_ready", "messages_available", "half_closed", "closed")
