@@ -34,7 +34,7 @@ import sys
 from datetime import datetime
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-from echodlib.prom import parse_metrics  # noqa: E402
+from echodlib.prom import samples as parse_prom  # noqa: E402
 from echodlib.stats import percentile  # noqa: E402
 
 LATENCY_BY_SCRIPT = {
@@ -426,11 +426,6 @@ def read_bench(doc, source):
 
 # ---------------------------------------------------------------------------------------------
 # /metrics scrapes
-
-def parse_prom(text):
-    """[(name, labels dict, value)] of a /metrics scrape."""
-    return [(n, dict(l), v) for (n, l), v in parse_metrics(text).items()]
-
 
 def calls_served(samples):
     calls = 0.0

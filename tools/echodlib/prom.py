@@ -56,6 +56,27 @@ def parse_metrics(text):
     return out
 
 
+def samples(text):
+    """[(name, labels dict, value)] of a scrape (the form bench/* and deploy/report sum over)."""
+    return [(n, dict(l), v) for (n, l), v in parse_metrics(text).items()]
+
+
+def metric_sum(samples_, name, **match):
+    """Sum of samples() called name whose labels include every given label."""
+    return sum(v for n, l, v in samples_
+               if n == name and all(l.get(k) == want for k, want in match.items()))
+
+
+def metric_by(samples_, name, label):
+    """{value of label: summed value} of samples() called name."""
+    d = {}
+    for n, l, v in samples_:
+        if n == name:
+            key = l.get(label, "")
+            d[key] = d.get(key, 0.0) + v
+    return d
+
+
 class Metrics:
     """One scrape of /metrics."""
 
