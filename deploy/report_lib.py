@@ -16,6 +16,8 @@ Inputs, recognised by content:
 * handleSummary JSON of deploy/k6 ({"echod_k6": 1, "schedule": [...], "summary": {...}}),
   also found on a "K6_SUMMARY_JSON " line of a log (kubectl logs of the Job). Per step it uses
   the submetrics `echo_ok{stage:sNN}`, `<latency>{stage:sNN}` (med, p(99)) and so on.
+* measured steps of bench/study ({"echod_steps": 1, "arm", "steps": [...]}): one document
+  per arm and experiment, steps as deploy/report itself reports them.
 * bench/arms --json: per arm one fixed-rate step (args.rate offered, summary.fixed_rps
   achieved, p50/p99 from µs), the closed-loop saturation rate as the plateau, and
   summary.cpu_sat as CPU per call.
@@ -425,6 +427,27 @@ def read_bench(doc, source):
 
 
 # ---------------------------------------------------------------------------------------------
+# measured steps (bench/study: steps driven by k6 or h2load, one document per arm)
+
+def read_steps_doc(doc, source, arm_override=None):
+    """{"echod_steps": 1, "arm", "script", "latency_metric", "cpu_us_per_call",
+    "steps": [{stage, offered, duration_s, sent, ok, failed, dropped, p50_ms, p99_ms,
+    latency_count, server_p50_us, server_p99_us}]} -> ArmResult."""
+    res = ArmResult(arm_override or doc["arm"], source, doc.get("script"))
+    res.latency_metric = doc.get("latency_metric")
+    res.cpu_us_per_call = doc.get("cpu_us_per_call")
+    res.cpu_source = doc.get("cpu_source")
+    for d in doc["steps"]:
+        st = Step(d["stage"], d["offered"])
+        for k in ("duration_s", "sent", "ok", "failed", "dropped", "p50_ms", "p99_ms",
+                  "latency_count", "server_p50_us", "server_p99_us"):
+            if d.get(k) is not None:
+                setattr(st, k, d[k])
+        res.steps.append(st)
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
 # /metrics scrapes
 
 def calls_served(samples):
@@ -495,6 +518,10 @@ def load_inputs(specs, stage_duration=None):
             else:
                 docs = summary_docs_from_log(path)
             for doc in docs:
+                if doc.get("echod_steps") == 1:
+                    r = read_steps_doc(doc, os.path.basename(path), arm)
+                    summaries[r.arm] = add_summaries(summaries.get(r.arm), r)
+                    continue
                 if "summary" in doc and "arms" in doc and "runs" in doc:
                     for a, r in read_bench(doc, os.path.basename(path)).items():
                         bench.setdefault(a, r)
