@@ -1,5 +1,10 @@
 """Shared helpers for echod's integration tests.
 
+The parts every tool needs (starting echod, free ports, /metrics, h2load, CPU sampling) are in
+tools/echodlib, the tooling's one library; this module re-exports them under their old names
+and adds what only tests need: the clean-exit and sanitizer checks of Daemon, hand-encoded
+protobuf and gRPC framing, grpcio stubs, a raw HTTP/2 client and the test runner.
+
 Runs with Debian's /usr/bin/python3 (python3-grpcio, python3-h2, python3-yaml). Nothing here
 needs grpcio-tools: the echo messages are hand-encoded protobuf (field 1, wire type 2) and the
 stubs use grpcio's generic API.
@@ -32,7 +37,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from echodlib.paths import ECHOD_BIN, ROOT  # noqa: E402,F401
 from echodlib.ports import free_port, port_open  # noqa: E402,F401
 from echodlib.prom import Metrics, http_get, metric_delta, parse_metrics  # noqa: E402,F401
+from echodlib.prom import _LABEL_RE, _unescape  # noqa: E402,F401  (names tests may still import)
 from echodlib.daemon import Echod, EchodError, describe_exit  # noqa: E402,F401
+
 SANITIZER = os.environ.get("ECHOD_SANITIZER", "")
 # Sanitizer builds run several times slower: every wait in the suite is scaled by this.
 SLOW = 4.0 if SANITIZER else 1.0
