@@ -99,13 +99,13 @@ build_release() {
     ninja -C build
 }
 
-# npm ci in each Node test package (grpc-js tests, the k6 shim).
+# npm ci in each Node test package (the grpc-js tests).
 npm_install() {
     if ! command -v npm >/dev/null 2>&1; then
         return
     fi
     local dir i
-    for dir in tests/node tests/k6-shim; do
+    for dir in tests/node; do
         log "npm ci in $dir"
         for i in 1 2 3; do
             if (cd "$dir" && npm ci --no-audit --no-fund); then

@@ -11,9 +11,13 @@ Inputs, recognised by content:
   time from its first sample to the next step's first sample (the last step: its own span
   plus one timestamp tick), unless --stage-duration says otherwise or a summary JSON of the
   same arm and script gives the schedule.
+* k6 JSON output (`k6 run --out json=FILE`, also .gz): the same samples as the CSV, read the
+  same way (k6 writes both from one stream; give one of them per run, not both).
 * handleSummary JSON of deploy/k6 ({"echod_k6": 1, "schedule": [...], "summary": {...}}),
   also found on a "K6_SUMMARY_JSON " line of a log (kubectl logs of the Job). Per step it uses
   the submetrics `echo_ok{stage:sNN}`, `<latency>{stage:sNN}` (med, p(99)) and so on.
+* measured steps of bench/study ({"echod_steps": 1, "arm", "steps": [...]}): one document
+  per arm and experiment, steps as deploy/report itself reports them.
 * bench/arms --json: per arm one fixed-rate step (args.rate offered, summary.fixed_rps
   achieved, p50/p99 from µs), the closed-loop saturation rate as the plateau, and
   summary.cpu_sat as CPU per call.
@@ -26,10 +30,14 @@ import csv
 import gzip
 import io
 import json
-import math
 import os
 import re
+import sys
 from datetime import datetime
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from echodlib.prom import samples as parse_prom  # noqa: E402
+from echodlib.stats import percentile  # noqa: E402
 
 LATENCY_BY_SCRIPT = {
     "unary-fixed-rate": "grpc_req_duration",
@@ -44,19 +52,6 @@ SERVER_TREND = "server_total_us"
 
 class InputError(Exception):
     pass
-
-
-def percentile(sorted_values, p):
-    """k6's percentile: linear interpolation between closest ranks (p in 0..1)."""
-    n = len(sorted_values)
-    if n == 0:
-        return None
-    if n == 1:
-        return sorted_values[0]
-    i = p * (n - 1)
-    lo = sorted_values[int(math.floor(i))]
-    hi = sorted_values[int(math.ceil(i))]
-    return lo + (hi - lo) * (i - math.floor(i))
 
 
 class Step:
@@ -158,13 +153,15 @@ def open_text(path):
 
 
 def sniff(path):
-    """'csv', 'json', 'log' (with a K6_SUMMARY_JSON line) or 'prom'."""
+    """'csv', 'k6json' (--out json), 'json', 'log' (with a K6_SUMMARY_JSON line) or 'prom'."""
     with open_text(path) as f:
         head = f.read(4096)
     s = head.lstrip()
     if s.startswith("metric_name,"):
         return "csv"
     if s.startswith("{"):
+        if re.match(r'\{\s*"type"\s*:\s*"(Metric|Point)"', s):
+            return "k6json"
         return "json"
     if "K6_SUMMARY_JSON " in head or path.endswith(".log") or path.endswith(".txt"):
         return "log"
@@ -210,6 +207,7 @@ class CsvReader:
         return self.per[arm]
 
     def add(self, path, arm_override=None):
+        """One k6 CSV (--out csv)."""
         seen = set()
         with open_text(path) as f:
             reader = csv.reader(f)
@@ -220,57 +218,81 @@ class CsvReader:
             i_extra = col.get("extra_tags")
             i_status = col.get("status")
             for row in reader:
-                if not row:
-                    continue
-                name = row[0]
-                if name not in COUNTERS and name not in LATENCY_METRICS and name != SERVER_TREND \
-                        and name != "dropped_iterations":
+                if not row or not self._wanted(row[0]):
                     continue
                 tags = {}
                 if i_extra is not None and row[i_extra]:
                     for kv in row[i_extra].split("&"):
                         k, _, v = kv.partition("=")
                         tags[k] = v
-                stage = tags.get("stage")
-                if name == "dropped_iterations":
-                    # k6 tags these with the scenario only: placed in a step by time, later
-                    arm = arm_override or tags.get("arm") or os.path.basename(path).split(".")[0]
-                    ts, _ = parse_timestamp(row[1])
-                    self._state(arm)["dropped_at"].append((ts, float(row[2])))
-                    continue
-                if not stage:
-                    continue
-                arm = arm_override or tags.get("arm") or os.path.basename(path).split(".")[0]
-                st = self._state(arm)
-                if arm not in seen:
-                    seen.add(arm)
-                    st["files"].append(os.path.basename(path))
-                if tags.get("script") and not st["script"]:
-                    st["script"] = tags["script"]
-                if "offered" in tags:
-                    st["offered"][stage] = float(tags["offered"])
+                status = row[i_status] if i_status is not None else ""
                 ts, tick = parse_timestamp(row[1])
-                st["tick"] = min(st["tick"], tick)
-                value = float(row[2])
-                if name in COUNTERS:
-                    c = st["counters"].setdefault(stage, {})
-                    c[name] = c.get(name, 0.0) + value
-                    if name in ("echo_sent", "echo_ok", "echo_dropped"):
-                        st["first"][stage] = min(st["first"].get(stage, ts), ts)
-                        st["last"][stage] = max(st["last"].get(stage, ts), ts)
-                elif name == SERVER_TREND:
-                    st["server"].setdefault(stage, []).append(value)
-                else:
-                    if tags.get("probe"):
-                        continue
-                    status = row[i_status] if i_status is not None else ""
-                    if name == "grpc_req_duration" and status != "0":
-                        continue
-                    if name == "http_req_duration" and status != "200":
-                        continue
-                    st["lat"].setdefault(name, {}).setdefault(stage, []).append(value)
+                self._sample(path, seen, arm_override, row[0], ts, tick, float(row[2]), tags,
+                             status)
         if not seen:
             raise InputError("%s: no samples tagged with a stage (not written by deploy/k6?)" % path)
+
+    def add_json(self, path, arm_override=None):
+        """One k6 JSON output (--out json: a Metric or Point object per line, every tag in
+        data.tags, the time in RFC 3339 with nanoseconds)."""
+        seen = set()
+        with open_text(path) as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    d = json.loads(line)
+                except ValueError as e:
+                    raise InputError("%s:%d: not a k6 JSON output line (%s)" % (path, n, e))
+                if d.get("type") != "Point" or not self._wanted(d.get("metric")):
+                    continue
+                data = d["data"]
+                tags = dict(data.get("tags") or {})
+                ts, tick = parse_timestamp(data["time"])
+                self._sample(path, seen, arm_override, d["metric"], ts, tick,
+                             float(data["value"]), tags, tags.get("status", ""))
+        if not seen:
+            raise InputError("%s: no samples tagged with a stage (not written by deploy/k6?)" % path)
+
+    @staticmethod
+    def _wanted(name):
+        return name in COUNTERS or name in LATENCY_METRICS or name == SERVER_TREND \
+            or name == "dropped_iterations"
+
+    def _sample(self, path, seen, arm_override, name, ts, tick, value, tags, status):
+        stage = tags.get("stage")
+        arm = arm_override or tags.get("arm") or os.path.basename(path).split(".")[0]
+        if name == "dropped_iterations":
+            # k6 tags these with the scenario only: placed in a step by time, later
+            self._state(arm)["dropped_at"].append((ts, value))
+            return
+        if not stage:
+            return
+        st = self._state(arm)
+        if arm not in seen:
+            seen.add(arm)
+            st["files"].append(os.path.basename(path))
+        if tags.get("script") and not st["script"]:
+            st["script"] = tags["script"]
+        if "offered" in tags:
+            st["offered"][stage] = float(tags["offered"])
+        st["tick"] = min(st["tick"], tick)
+        if name in COUNTERS:
+            c = st["counters"].setdefault(stage, {})
+            c[name] = c.get(name, 0.0) + value
+            if name in ("echo_sent", "echo_ok", "echo_dropped"):
+                st["first"][stage] = min(st["first"].get(stage, ts), ts)
+                st["last"][stage] = max(st["last"].get(stage, ts), ts)
+        elif name == SERVER_TREND:
+            st["server"].setdefault(stage, []).append(value)
+        else:
+            if tags.get("probe"):
+                return
+            if name == "grpc_req_duration" and status != "0":
+                return
+            if name == "http_req_duration" and status != "200":
+                return
+            st["lat"].setdefault(name, {}).setdefault(stage, []).append(value)
 
     def results(self):
         out = {}
@@ -405,23 +427,28 @@ def read_bench(doc, source):
 
 
 # ---------------------------------------------------------------------------------------------
+# measured steps (bench/study: steps driven by k6 or h2load, one document per arm)
+
+def read_steps_doc(doc, source, arm_override=None):
+    """{"echod_steps": 1, "arm", "script", "latency_metric", "cpu_us_per_call",
+    "steps": [{stage, offered, duration_s, sent, ok, failed, dropped, p50_ms, p99_ms,
+    latency_count, server_p50_us, server_p99_us}]} -> ArmResult."""
+    res = ArmResult(arm_override or doc["arm"], source, doc.get("script"))
+    res.latency_metric = doc.get("latency_metric")
+    res.cpu_us_per_call = doc.get("cpu_us_per_call")
+    res.cpu_source = doc.get("cpu_source")
+    for d in doc["steps"]:
+        st = Step(d["stage"], d["offered"])
+        for k in ("duration_s", "sent", "ok", "failed", "dropped", "p50_ms", "p99_ms",
+                  "latency_count", "server_p50_us", "server_p99_us"):
+            if d.get(k) is not None:
+                setattr(st, k, d[k])
+        res.steps.append(st)
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
 # /metrics scrapes
-
-_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+([-+0-9.eEInfNa]+)')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_prom(text):
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
-        if m:
-            labels = dict(_LABEL.findall(m.group(3) or ""))
-            out.append((m.group(1), labels, float(m.group(4))))
-    return out
-
 
 def calls_served(samples):
     calls = 0.0
@@ -481,6 +508,9 @@ def load_inputs(specs, stage_duration=None):
         if kind == "csv":
             reader.add(path, arm)
             have_csv = True
+        elif kind == "k6json":
+            reader.add_json(path, arm)
+            have_csv = True
         elif kind in ("json", "log"):
             if kind == "json":
                 with open_text(path) as f:
@@ -488,6 +518,10 @@ def load_inputs(specs, stage_duration=None):
             else:
                 docs = summary_docs_from_log(path)
             for doc in docs:
+                if doc.get("echod_steps") == 1:
+                    r = read_steps_doc(doc, os.path.basename(path), arm)
+                    summaries[r.arm] = add_summaries(summaries.get(r.arm), r)
+                    continue
                 if "summary" in doc and "arms" in doc and "runs" in doc:
                     for a, r in read_bench(doc, os.path.basename(path)).items():
                         bench.setdefault(a, r)

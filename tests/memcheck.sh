@@ -29,7 +29,7 @@ fi
 # measure time or throughput (h2load, arms, callgrind, operate, drain under h2load, services'
 # benchmark counts), which memcheck's 20-50x slow-down defeats.
 DEFAULT="test_echo_grpcio test_protocol test_tls test_rest_arm test_config_cli.Shutdown test_abuse test_faults
-test_config_errors.OperatorErrors"
+test_config_errors.OperatorErrors test_compression.FrameLevel"
 SELECTION=${*:-$DEFAULT}
 
 export ECHOD_BIN

@@ -10,6 +10,9 @@
 // load PROTO_DIR/echo.proto, PROTO_DIR default ../../proto), CALL_TIMEOUT (10s), PAYLOAD,
 // WORK_CPU_US / WORK_SLEEP_US / WORK_RESPONSE_BYTES (echod synthetic work), CONN_SHARING,
 // SUMMARY_FILE (summary-ARM-unary-fixed-rate.json, "-" none), SUMMARY_STDOUT (1: JSON on stdout).
+//
+// Needs k6 v0.53.0 or later (object spread; k6/timers from v0.50). An older k6 rejects the
+// script before any line of it runs, so it cannot say so itself: deploy/README.md, "k6 versions".
 import * as c from './common.js';
 
 const RATE = c.envInt('RATE', 200);

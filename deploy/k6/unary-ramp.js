@@ -8,6 +8,9 @@
 // Env: TARGET, ARM, START (200), END (2400), STEP (200), STEP_DURATION (2m), VUS / MAX_VUS
 // (50 / 1000), and REFLECT, PROTO_DIR, CALL_TIMEOUT, PAYLOAD, WORK_*, CONN_SHARING,
 // SUMMARY_FILE, SUMMARY_STDOUT as in unary-fixed-rate.js.
+//
+// Needs k6 v0.53.0 or later (object spread; k6/timers from v0.50). An older k6 rejects the
+// script before any line of it runs, so it cannot say so itself: deploy/README.md, "k6 versions".
 import * as c from './common.js';
 
 const SCHEDULE = c.stepSchedule(c.envInt('START', 200), c.envInt('END', 2400), c.envInt('STEP', 200),

@@ -1,5 +1,10 @@
 """Shared helpers for echod's integration tests.
 
+The parts every tool needs (starting echod, free ports, /metrics, h2load, CPU sampling) are in
+tools/echodlib, the tooling's one library; this module re-exports them under their old names
+and adds what only tests need: the clean-exit and sanitizer checks of Daemon, hand-encoded
+protobuf and gRPC framing, grpcio stubs, a raw HTTP/2 client and the test runner.
+
 Runs with Debian's /usr/bin/python3 (python3-grpcio, python3-h2, python3-yaml). Nothing here
 needs grpcio-tools: the echo messages are hand-encoded protobuf (field 1, wire type 2) and the
 stubs use grpcio's generic API.
@@ -28,9 +33,13 @@ import unittest
 import urllib.error
 import urllib.request
 
-ROOT = os.environ.get("ECHOD_SOURCE_ROOT") or os.path.abspath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-ECHOD_BIN = os.environ.get("ECHOD_BIN") or os.path.join(ROOT, "build", "daemon", "echod")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from echodlib.paths import ECHOD_BIN, ROOT  # noqa: E402,F401
+from echodlib.ports import free_port, port_open  # noqa: E402,F401
+from echodlib.prom import Metrics, http_get, metric_delta, parse_metrics  # noqa: E402,F401
+from echodlib.prom import _LABEL_RE, _unescape  # noqa: E402,F401  (names tests may still import)
+from echodlib.daemon import Echod, EchodError, describe_exit  # noqa: E402,F401
+
 SANITIZER = os.environ.get("ECHOD_SANITIZER", "")
 # Sanitizer builds run several times slower: every wait in the suite is scaled by this.
 SLOW = 4.0 if SANITIZER else 1.0
@@ -137,87 +146,6 @@ def grpc_unframe(data):
 # ports, HTTP, metrics
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_get(port, path, timeout=5.0):
-    """GET http://127.0.0.1:port/path -> (status, body bytes)."""
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-_LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-
-
-def _unescape(v):
-    return v.replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
-
-
-def parse_metrics(text):
-    """Prometheus text format 0.0.4 -> {(name, frozenset(labels.items())): float}."""
-    out = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "{" in line:
-            name, rest = line.split("{", 1)
-            labels_text, value_text = rest.rsplit("}", 1)
-            labels = {}
-            pos = 0
-            while pos < len(labels_text):
-                m = _LABEL_RE.match(labels_text, pos)
-                if not m:
-                    if labels_text[pos:].strip():
-                        raise ValueError("bad label set in metrics line: %r" % line)
-                    break
-                labels[m.group(1)] = _unescape(m.group(2))
-                pos = m.end()
-        else:
-            name, value_text = line.split(None, 1)
-            labels = {}
-        value = value_text.split()[0]  # an optional timestamp may follow
-        out[(name.strip(), frozenset(labels.items()))] = float(value)
-    return out
-
-
-class Metrics:
-    """One scrape of /metrics."""
-
-    def __init__(self, text):
-        self.text = text
-        self.samples = parse_metrics(text)
-
-    def has(self, name):
-        return any(n == name for n, _ in self.samples)
-
-    def series(self, name):
-        """[(labels dict, value)] of every sample called name."""
-        return [(dict(l), v) for (n, l), v in self.samples.items() if n == name]
-
-    def metric(self, name, **labels):
-        """Sum of the samples called name whose labels include every given label (0 if none)."""
-        want = set(labels.items())
-        return sum(v for (n, l), v in self.samples.items() if n == name and want <= l)
-
-    def metric_sum(self, name):
-        return self.metric(name)
-
-    def __getitem__(self, key):
-        name, labels = key
-        return self.samples[(name, frozenset(labels.items()))]
-
-
-def metric_delta(after, before, name, **labels):
-    return after.metric(name, **labels) - before.metric(name, **labels)
-
-
 STEPS = ("method_lookup", "start_call", "on_ready", "messages_available", "half_closed", "closed")
 MERGED_STEPS = ("lookup_and_start", "messages_and_half_close")
 ALL_STEPS = STEPS + MERGED_STEPS
@@ -230,12 +158,13 @@ _live = []          # daemons started and not yet reported
 _current_test = [None]
 
 
-class DaemonError(AssertionError):
+class DaemonError(AssertionError, EchodError):
     pass
 
 
-class Daemon:
-    """One echod process on free loopback ports.
+class Daemon(Echod):
+    """One echod process on free loopback ports (echodlib.daemon.Echod, with the test suite's
+    time scale, ECHOD_WRAPPER, TLS and clean-exit checks).
 
         with Daemon(sets=["transport.flush=immediate"]) as d:
             stub = EchoStub(d.channel())
@@ -244,104 +173,34 @@ class Daemon:
         # leaving the block sends SIGTERM and asserts exit 0 with no sanitizer report
     """
 
+    error_class = DaemonError
+
     def __init__(self, config=None, sets=(), args=(), tls=None, env=None, start_timeout=None):
-        self.config = config
-        self.sets = list(sets)
-        self.args = list(args)
+        super().__init__(config=config, sets=sets, args=args, prefix=WRAPPER, env=env,
+                         start_timeout=start_timeout or 20.0 * SLOW, binary=ECHOD_BIN, cwd=ROOT)
         self.tls = tls  # (cert_path, key_path) or None
-        self.env = env
-        self.start_timeout = start_timeout or 20.0 * SLOW
-        self.proc = None
-        self.grpc_port = None
-        self.admin_port = None
-        self.returncode = None
-        self._stderr = None
-        self.stderr_path = None
         self._reported = False
 
     # -- life cycle
 
-    def command(self):
-        cmd = WRAPPER + [ECHOD_BIN]
-        if self.config:
-            cmd += ["--config", self.config]
-        cmd += ["--set", "listen.grpc=127.0.0.1:%d" % self.grpc_port,
-                "--set", "listen.admin=127.0.0.1:%d" % self.admin_port]
+    def extra_sets(self):
         if self.tls:
-            cmd += ["--set", "tls.cert=%s" % self.tls[0], "--set", "tls.key=%s" % self.tls[1]]
-        for s in self.sets:
-            cmd += ["--set", s]
-        return cmd + self.args
+            return ["tls.cert=%s" % self.tls[0], "tls.key=%s" % self.tls[1]]
+        return []
 
-    def start(self):
-        last = None
-        for _attempt in range(3):  # a free port can be taken by someone else in between
-            self.grpc_port, self.admin_port = free_port(), free_port()
-            if self.grpc_port == self.admin_port:
-                continue
-            self._stderr = tempfile.NamedTemporaryFile(prefix="echod-stderr-", suffix=".log",
-                                                       delete=False)
-            self.stderr_path = self._stderr.name
-            env = dict(os.environ)
-            if self.env:
-                env.update(self.env)
-            self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
-                                         stdout=self._stderr, stderr=self._stderr, env=env,
-                                         cwd=ROOT)
-            _live.append(self)
-            try:
-                self._wait_ready()
-                return self
-            except DaemonError as e:
-                last = e
-                if self.proc.poll() is not None and "in use" in self.stderr_text():
-                    continue  # port race: try other ports
-                self.kill()
-                raise
-        raise last
-
-    def _wait_ready(self):
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.returncode = self.proc.returncode
-                raise DaemonError("echod exited with %s before it was ready:\n%s"
-                                  % (self.proc.returncode, self.stderr_text()))
-            try:
-                # /readyz, not /healthz: 200 only once every loop and executor thread runs
-                # (a thread count scraped before that is short of them)
-                status, _ = http_get(self.admin_port, "/readyz", timeout=1.0)
-                if status == 200:
-                    with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=1.0):
-                        return
-            except OSError:
-                pass
-            time.sleep(0.02)
-        raise DaemonError("echod not ready after %.0fs:\n%s" % (self.start_timeout,
-                                                                self.stderr_text()))
+    def started(self):
+        _live.append(self)
 
     def stop(self, sig=signal.SIGTERM, timeout=None, check=True):
         """Signals the daemon and waits for it; with check, asserts exit 0 and no sanitizer report."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            self.returncode = self.proc.wait(timeout=timeout or 30.0 * SLOW)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.returncode = self.proc.wait()
-            if check:
-                raise DaemonError("echod did not exit within %ss of %s:\n%s" % (
-                    timeout or 30.0 * SLOW, signal.Signals(sig).name, self.stderr_text()))
+        _, why = self.signal_and_wait(sig, timeout or 30.0 * SLOW)
+        if why and check:
+            raise DaemonError("echod %s:\n%s" % (why, self.stderr_text()))
         if check:
             self.check_clean_exit()
         return self.returncode
-
-    def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.returncode = self.proc.wait()
 
     def check_clean_exit(self):
         text = self.stderr_text()
@@ -352,24 +211,11 @@ class Daemon:
         if VERBOSE:
             report_daemon(self, "stderr")
 
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def stderr_text(self):
-        if not self.stderr_path:
-            return ""
-        try:
-            with open(self.stderr_path, "r", errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
     def cleanup(self):
         self.kill()
         if self in _live:
             _live.remove(self)
-        if self._stderr:
-            self._stderr.close()
+        self.close_log()
         if self.stderr_path and not VERBOSE:
             with contextlib.suppress(OSError):
                 os.unlink(self.stderr_path)
@@ -448,17 +294,6 @@ class Daemon:
 def _interesting(text):
     return "\n".join(l for l in text.splitlines()
                      if l.startswith(("echod_", "grpc_server_handled", "grpc_server_started")))
-
-
-def describe_exit(rc):
-    if rc is None:
-        return "still running"
-    if rc < 0:
-        try:
-            return "killed by %s" % signal.Signals(-rc).name
-        except ValueError:
-            return "killed by signal %d" % -rc
-    return "exit status %d" % rc
 
 
 def report_daemon(d, what):

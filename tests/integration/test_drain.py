@@ -13,7 +13,6 @@ Uses h2load (nghttp2-client): runs alone. Run on its own:
 """
 
 import os
-import re
 import shutil
 import signal
 import socket
@@ -29,6 +28,7 @@ import grpc  # noqa: E402
 
 from echod_harness import (BIDI, SANITIZER, SERVICE, SLOW, UNARY, Daemon,  # noqa: E402
                            EchoStub, H2Client, main)
+from echodlib import h2load  # noqa: E402  (echod_harness put tools/ on sys.path)
 
 T = 30.0 * SLOW
 MAX_STREAM_ID = 2 ** 31 - 1
@@ -382,11 +382,10 @@ def run_h2load(port, duration, extra_headers=(), clients=4, streams=8):
     f = tempfile.NamedTemporaryFile(prefix="echod-body-", delete=False)
     f.write(H2LOAD_BODY)
     f.close()
-    cmd = ["h2load", "-c", str(clients), "-m", str(streams), "-D", str(duration), "-d", f.name,
-           "-H", "content-type: application/grpc", "-H", "te: trailers"]
+    extra = ["-c", str(clients), "-m", str(streams), "-D", str(duration)]
     for h in extra_headers:
-        cmd += ["-H", h]
-    cmd.append("http://127.0.0.1:%d%s" % (port, UNARY))
+        extra += ["-H", h]
+    cmd = h2load.command(port, f.name, extra, path=UNARY)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     p.body_path = f.name
     return p
@@ -400,12 +399,10 @@ def h2load_result(p, timeout):
             p.kill()
             p.communicate()
         os.unlink(p.body_path)
-    m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
-                  r"(\d+) failed, (\d+) errored, (\d+) timeout", out)
-    if not m:
+    res = h2load.parse(out)
+    if res["total"] is None:
         raise AssertionError("h2load printed no requests line (exit %d):\n%s" % (p.returncode, out))
-    keys = ("total", "started", "done", "succeeded", "failed", "errored", "timeout")
-    return dict(zip(keys, map(int, m.groups()))), out
+    return res, out
 
 
 @unittest.skipUnless(shutil.which("h2load"), "h2load not installed (nghttp2-client)")

@@ -6,7 +6,6 @@ Run on its own: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/
 """
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from echod_harness import SANITIZER, SERVICE, SLOW, STEPS, Daemon, main  # noqa: E402
+from echodlib import h2load as h2load_cmd  # noqa: E402  (echod_harness put tools/ on sys.path)
 
 N = int(os.environ.get("ECHOD_H2LOAD_N") or (20000 if SANITIZER else 100000))
 # gRPC frame: not compressed, length 7, EchoRequest{message: "hello"}
@@ -27,19 +27,16 @@ def h2load(port, n, clients=4, streams=16, body=BODY, path="/grpc.examples.echo.
     with tempfile.NamedTemporaryFile(prefix="echod-body-", delete=False) as f:
         f.write(body)
     try:
-        cmd = ["h2load", "-n", str(n), "-c", str(clients), "-m", str(streams), "-d", f.name,
-               "-H", "content-type: application/grpc", "-H", "te: trailers",
-               "http://127.0.0.1:%d%s" % (port, path)]
+        cmd = h2load_cmd.command(port, f.name, ["-n", str(n), "-c", str(clients), "-m",
+                                                str(streams)], path=path)
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     finally:
         os.unlink(f.name)
     out = r.stdout + r.stderr
-    m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
-                  r"(\d+) failed, (\d+) errored, (\d+) timeout", out)
-    if not m:
+    res = h2load_cmd.parse(out)
+    if res["total"] is None:
         raise AssertionError("h2load printed no requests line (exit %d):\n%s" % (r.returncode, out))
-    keys = ("total", "started", "done", "succeeded", "failed", "errored", "timeout")
-    return dict(zip(keys, map(int, m.groups()))), out
+    return res, out
 
 
 @unittest.skipUnless(shutil.which("h2load"), "h2load not installed (nghttp2-client)")

@@ -4,10 +4,10 @@ Two kinds of fixture, both made here:
 * synthesized: k6 CSVs (the exact columns of `k6 run --out csv`, timestamps in seconds and in
   milliseconds) with known latencies, counts and drops per step, a bench/arms JSON and two
   /metrics scrapes, so every number of the table is known in advance;
-* live: a short ramp of deploy/k6/unary-ramp.js through the k6 shim against two echod arms
-  (two shims side by side per arm, as two k6 runners), whose CSVs, handleSummary JSON and
-  /metrics scrapes go into the report, checked against numbers computed here from the CSV.
-  Skipped with a message when node or tests/k6-shim/node_modules is missing.
+* live: a short ramp of deploy/k6/unary-ramp.js on the real k6 against two echod arms, whose
+  --out csv, --out json, handleSummary JSON and /metrics scrapes go into the report, checked
+  against numbers computed here from the CSV. Skipped with a message when there is no k6
+  (../shared/tools/k6 from the repository root, $K6, or `k6` on PATH).
 The plots need python3-matplotlib (skipped with a message when it is missing).
 
 Run on its own: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_report.py
@@ -21,15 +21,14 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from echod_harness import ROOT, SLOW, Daemon, main  # noqa: E402
+from echodlib import k6 as k6lib, prom  # noqa: E402  (echod_harness put tools/ on sys.path)
 
 REPORT = os.path.join(ROOT, "deploy", "report")
-SHIM = os.path.join(ROOT, "tests", "k6-shim", "run.js")
+K6_WHY_NOT = k6lib.unusable()
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 HEADER = ("metric_name,timestamp,metric_value,check,error,error_code,expected_response,group,"
           "method,name,proto,scenario,service,status,subproto,tls_version,url,extra_tags,"
@@ -235,25 +234,18 @@ class Synthesized(PlotsChecked, unittest.TestCase):
         self.assertIn("bad.csv", p.stderr)
 
 
-def node_ready():
-    if not shutil.which("node"):
-        return "node is not installed"
-    if not os.path.isdir(os.path.join(ROOT, "tests", "k6-shim", "node_modules", "@grpc", "grpc-js")):
-        return "tests/k6-shim/node_modules is missing (npm ci in tests/k6-shim)"
-    return None
-
-
 def scrape(d, path):
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % d.admin_port, timeout=10) as r:
-        data = r.read()
-    with open(path, "wb") as f:
-        f.write(data)
+    with open(path, "w") as f:
+        f.write(prom.scrape(d.admin_port))
 
 
-@unittest.skipIf(node_ready(), "live run through the k6 shim skipped: %s" % node_ready())
-class LiveShimRun(PlotsChecked, unittest.TestCase):
-    """Two arms, each driven by two shims (execution segments 0:1/2 and 1/2:1) through a
-    20 -> 40 calls/s ramp of 2 s steps."""
+@unittest.skipIf(K6_WHY_NOT, "live run on k6 skipped: %s" % K6_WHY_NOT)
+class LiveK6Run(PlotsChecked, unittest.TestCase):
+    """deploy/k6/unary-ramp.js on the real k6 against two echod arms, a 20 -> 40 calls/s ramp of
+    2 s steps. k6 writes --out csv (one arm in k6's default seconds, the other in milliseconds),
+    --out json and the handleSummary JSON; the report reads the direct arm from its CSV and the
+    cached arm from its --out json, each with its summary, and must give the numbers computed
+    here from the CSVs."""
 
     ARMS = ("direct", "cached")
     STEP_S = 2.0
@@ -263,65 +255,31 @@ class LiveShimRun(PlotsChecked, unittest.TestCase):
         cls.tmp = tempfile.mkdtemp(prefix="report-live-")
         cls.inputs = []
         cls.metrics = []
-        daemons = [Daemon(config=os.path.join(ROOT, "config", "arms", arm + ".yaml"),
-                          sets=["log.level=warn"]) for arm in cls.ARMS]
-        try:
-            for d in daemons:
-                d.start()
-            for arm, d in zip(cls.ARMS, daemons):
-                scrape(d, os.path.join(cls.tmp, arm + "-before.prom"))
-            start_file = os.path.join(cls.tmp, "start")
-            procs = []
-            ready = []
-            for arm, d in zip(cls.ARMS, daemons):
-                for k in range(2):
-                    base = os.path.join(cls.tmp, "%s-%d" % (arm, k))
-                    env = {"ARM": arm, "START": "20", "END": "40", "STEP": "20",
-                           "STEP_DURATION": "%gs" % cls.STEP_S, "SUMMARY_FILE": base + ".json",
-                           # one arm in k6's default seconds, the other in milliseconds
-                           "K6_CSV_TIME_FORMAT": "unix_milli" if arm == "cached" else "unix"}
-                    cmd = ["node", SHIM, os.path.join(ROOT, "deploy", "k6", "unary-ramp.js"),
-                           "--target", d.grpc_target, "--schedule", "--start-file", start_file,
-                           "--ready-file", base + ".ready",
-                           "--warmup-iterations", "1", "--max-lag-ms", "3000",
-                           "--execution-segment", "%d/2:%d/2" % (k, k + 1),
-                           "--out", "csv=" + base + ".csv", "--quiet"]
-                    for kv in env.items():
-                        cmd += ["--env", "%s=%s" % kv]
-                    procs.append((cmd, subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
-                                                        stderr=subprocess.PIPE, text=True)))
-                    cls.inputs += [base + ".csv", base + ".json"]
-                    ready.append(base + ".ready")
-            # all four warmed up and connected, then one start time for all
-            deadline = time.monotonic() + 120 * SLOW
-            while not all(os.path.exists(r) for r in ready):
-                dead = [(c, p) for c, p in procs if p.poll() is not None]
-                if dead or time.monotonic() > deadline:
-                    for _, p in procs:
-                        p.kill()
-                    c, p = dead[0] if dead else procs[0]
-                    raise AssertionError("a shim did not get ready: %s\n%s" % (
-                        " ".join(c), p.communicate()[1][-3000:]))
-                time.sleep(0.05)
-            with open(start_file + ".tmp", "w") as f:
-                f.write(str(int(time.time() * 1000) + 300))
-            os.rename(start_file + ".tmp", start_file)
-            for cmd, p in procs:
-                out, err = p.communicate(timeout=120 * SLOW)
+        k6 = k6lib.find()
+        for arm in cls.ARMS:
+            with Daemon(config=os.path.join(ROOT, "config", "arms", arm + ".yaml"),
+                        sets=["log.level=warn"]) as d:
+                base = os.path.join(cls.tmp, arm)
+                scrape(d, base + "-before.prom")
+                env = {"ARM": arm, "TARGET": d.grpc_target, "START": "20", "END": "40",
+                       "STEP": "20", "STEP_DURATION": "%gs" % cls.STEP_S, "VUS": "4",
+                       "SUMMARY_FILE": base + ".json"}
+                cmd = [k6, "run", "-q", "--no-usage-report", "--out", "csv=" + base + ".csv",
+                       "--out", "json=" + base + ".k6.json"]
+                for kv in env.items():
+                    cmd += ["-e", "%s=%s" % kv]
+                cmd.append(os.path.join(ROOT, "deploy", "k6", "unary-ramp.js"))
+                run_env = dict(os.environ, K6_CSV_TIME_FORMAT="unix_milli" if arm == "cached"
+                               else "unix")
+                p = subprocess.run(cmd, cwd=ROOT, env=run_env, capture_output=True, text=True,
+                                   timeout=120 * SLOW)
                 if p.returncode != 0:
                     raise AssertionError("%s: exit %d\n%s\n%s" % (" ".join(cmd), p.returncode,
-                                                                  out[-3000:], err[-3000:]))
-            for arm, d in zip(cls.ARMS, daemons):
-                scrape(d, os.path.join(cls.tmp, arm + "-after.prom"))
-                cls.metrics += ["--metrics", "%s=%s,%s" % (
-                    arm, os.path.join(cls.tmp, arm + "-before.prom"),
-                    os.path.join(cls.tmp, arm + "-after.prom"))]
-            for d in daemons:
-                d.stop()
-        finally:
-            for d in daemons:
-                d.kill()
-                d.cleanup()
+                                                                  p.stdout[-3000:],
+                                                                  p.stderr[-3000:]))
+                scrape(d, base + "-after.prom")
+            cls.inputs += [base + (".csv" if arm == "direct" else ".k6.json"), base + ".json"]
+            cls.metrics += ["--metrics", "%s=%s-before.prom,%s-after.prom" % (arm, base, base)]
         cls.out = os.path.join(cls.tmp, "out")
         cls.data, cls.md, _ = run_report(cls.metrics + cls.inputs, cls.out)
 
@@ -332,22 +290,21 @@ class LiveShimRun(PlotsChecked, unittest.TestCase):
     def csv_truth(self, arm):
         """Per stage from the CSVs, read here: OK count and grpc_req_duration (status 0)."""
         ok, lat, offered = {}, {}, {}
-        for k in range(2):
-            with open(os.path.join(self.tmp, "%s-%d.csv" % (arm, k)), newline="") as f:
-                r = csv.reader(f)
-                self.assertEqual(next(r), HEADER, "the shim writes k6's CSV header")
-                for row in r:
-                    rec = dict(zip(HEADER, row))
-                    tags = dict(kv.split("=", 1) for kv in rec["extra_tags"].split("&") if kv)
-                    self.assertEqual(tags.get("arm"), arm)
-                    st = tags.get("stage")
-                    if not st:
-                        continue
-                    offered[st] = float(tags["offered"])
-                    if rec["metric_name"] == "echo_ok":
-                        ok[st] = ok.get(st, 0) + float(rec["metric_value"])
-                    elif rec["metric_name"] == "grpc_req_duration" and rec["status"] == "0":
-                        lat.setdefault(st, []).append(float(rec["metric_value"]))
+        with open(os.path.join(self.tmp, "%s.csv" % arm), newline="") as f:
+            r = csv.reader(f)
+            self.assertEqual(next(r), HEADER, "k6's CSV header")
+            for row in r:
+                rec = dict(zip(HEADER, row))
+                tags = dict(kv.split("=", 1) for kv in rec["extra_tags"].split("&") if kv)
+                self.assertEqual(tags.get("arm"), arm)
+                st = tags.get("stage")
+                if not st:
+                    continue
+                offered[st] = float(tags["offered"])
+                if rec["metric_name"] == "echo_ok":
+                    ok[st] = ok.get(st, 0) + float(rec["metric_value"])
+                elif rec["metric_name"] == "grpc_req_duration" and rec["status"] == "0":
+                    lat.setdefault(st, []).append(float(rec["metric_value"]))
         return ok, lat, offered
 
     def test_report_matches_the_csv(self):

@@ -21,6 +21,9 @@
 // Env: TARGET, ARM, STREAMS (20), START (2000), END (16000), STEP (2000), STEP_DURATION (2m),
 // MAX_INFLIGHT (100 per stream), TICK_MS (5), PROBE_RATE (10), and REFLECT, PROTO_DIR, PAYLOAD,
 // WORK_*, CALL_TIMEOUT (probe), SUMMARY_FILE, SUMMARY_STDOUT as in unary-fixed-rate.js.
+//
+// Needs k6 v0.53.0 or later (object spread; k6/timers from v0.50). An older k6 rejects the
+// script before any line of it runs, so it cannot say so itself: deploy/README.md, "k6 versions".
 import grpc from 'k6/net/grpc';
 import { check } from 'k6';
 import exec from 'k6/execution';

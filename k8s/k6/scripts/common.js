@@ -5,6 +5,9 @@
 // `stage` (s01, s02, ... or `fixed`) and `offered` (the stage's offered rate per second), so a
 // CSV written with `--out csv=FILE` and the JSON of handleSummary can both be cut by stage.
 // deploy/report reads either.
+//
+// Needs k6 v0.53.0 or later (object spread; k6/timers from v0.50). An older k6 rejects the
+// script before any line of it runs, so it cannot say so itself: deploy/README.md, "k6 versions".
 
 import grpc from 'k6/net/grpc';
 import { check } from 'k6';

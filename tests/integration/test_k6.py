@@ -1,0 +1,282 @@
+"""The shipped k6 scripts (deploy/k6) on the real k6 against a live echod.
+
+Each script runs for a few seconds with server reflection and with the proto file
+(REFLECT=0, proto/echo.proto found by the script's default PROTO_DIR), and its run is judged
+from k6's own output: exit status, the handleSummary JSON (every call sent answered OK, no check
+failed, echod-timing read from the trailers), the `--out csv` and `--out json` samples, and k6's
+log (no script error). Negative scripts (a method echod does not have, a response read wrong)
+must be caught by the same judge, so a broken shipped script fails here too.
+
+k6 is ../shared/tools/k6 relative to the repository root, else $K6, else `k6` on PATH; without
+one (or with one older than the scripts need) every test is skipped with the reason.
+
+Run on its own: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_k6.py
+"""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from echod_harness import ROOT, SLOW, Daemon, free_port, main, port_open  # noqa: E402
+from echodlib import k6 as k6lib  # noqa: E402  (echod_harness put tools/ on sys.path)
+
+K6_DIR = os.path.join(ROOT, "deploy", "k6")
+CSV_HEADER = ("metric_name,timestamp,metric_value,check,error,error_code,expected_response,group,"
+              "method,name,proto,scenario,service,status,subproto,tls_version,url,extra_tags,"
+              "metadata").split(",")
+WHY_NOT = k6lib.unusable()
+K6 = k6lib.find()
+
+
+def run_k6(script, target, env, tmp, args=()):
+    """k6 run SCRIPT with -e ENV, --out csv and --out json into tmp: (proc, summary, csv, json)."""
+    summary = os.path.join(tmp, "summary.json")
+    out_csv = os.path.join(tmp, "out.csv")
+    out_json = os.path.join(tmp, "out.json")
+    cmd = [K6, "run", "--no-usage-report", "-q", "--out", "csv=" + out_csv,
+           "--out", "json=" + out_json] + list(args)
+    for k, v in dict(env, TARGET=target, ARM="k6test", SUMMARY_FILE=summary).items():
+        cmd += ["-e", "%s=%s" % (k, v)]
+    cmd.append(script)
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120 * SLOW)
+    p.cmd = " ".join(cmd)
+    return p, summary, out_csv, out_json
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        r = csv.reader(f)
+        header = next(r)
+        rows = [dict(zip(header, row)) for row in r]
+    for row in rows:
+        row["tags"] = dict(kv.split("=", 1) for kv in (row.get("extra_tags") or "").split("&")
+                           if kv)
+    return header, rows
+
+
+def read_json_points(path):
+    """k6 --out json: one object per line; the Point lines."""
+    with open(path) as f:
+        return [d for d in (json.loads(line) for line in f if line.strip())
+                if d.get("type") == "Point"]
+
+
+def count(summary, name):
+    m = summary["summary"]["metrics"].get(name)
+    return 0 if m is None else m["values"].get("count", 0)
+
+
+def judge(p, summary_path, script=None):
+    """What is wrong with a k6 run of an echod script, as a list of sentences (empty: nothing)."""
+    bad = []
+    if p.returncode != 0:
+        bad.append("k6 exited %d" % p.returncode)
+    errors = [l for l in p.stderr.splitlines() if "level=error" in l]
+    if errors:
+        bad.append("k6 logged errors: " + " | ".join(errors[:3]))
+    if not os.path.exists(summary_path):
+        return bad + ["no handleSummary JSON written"]
+    with open(summary_path) as f:
+        s = json.load(f)
+    if script and (s.get("echod_k6") != 1 or s.get("script") != script or s.get("arm") != "k6test"):
+        bad.append("handleSummary JSON header: %r" % {k: s.get(k) for k in ("echod_k6", "script",
+                                                                              "arm")})
+    failed_checks = [(c["name"], c["fails"]) for c in s["summary"]["root_group"].get("checks", [])
+                     if c["fails"]]
+    for g in s["summary"]["root_group"].get("groups", []):
+        failed_checks += [(c["name"], c["fails"]) for c in g.get("checks", []) if c["fails"]]
+    if failed_checks:
+        bad.append("checks failed: %r" % failed_checks)
+    sent, ok = count(s, "echo_sent"), count(s, "echo_ok")
+    if not ok:
+        bad.append("no call answered OK (echo_ok 0)")
+    if ok != sent or count(s, "echo_failed"):
+        bad.append("echo_sent %d, echo_ok %d, echo_failed %d" % (sent, ok, count(s, "echo_failed")))
+    return bad
+
+
+def explain(p, bad):
+    return "%s\ncommand: %s\n--- stdout\n%s\n--- stderr\n%s" % (
+        "; ".join(bad), p.cmd, p.stdout[-4000:], p.stderr[-4000:])
+
+
+@unittest.skipIf(WHY_NOT, "k6 tests skipped: %s" % WHY_NOT)
+class ShippedScripts(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.d = Daemon(sets=["log.level=warn"]).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.d.stop()
+        cls.d.cleanup()
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="k6-test-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def run_script(self, name, env, reflect, args=()):
+        env = dict(env, REFLECT=reflect)
+        p, summary, out_csv, out_json = run_k6(os.path.join(K6_DIR, name + ".js"),
+                                               self.d.grpc_target, env, self.tmp, args)
+        bad = judge(p, summary, name)
+        self.assertEqual(bad, [], explain(p, bad))
+        with open(summary) as f:
+            s = json.load(f)
+        header, rows = read_csv(out_csv)
+        self.assertEqual(header, CSV_HEADER)
+        points = read_json_points(out_json)
+        self.assertTrue(points, "k6 --out json wrote no points")
+        lat = s["latency_metric"]
+        for sample in ([r for r in rows if r["metric_name"] == lat],
+                       [pt for pt in points if pt["metric"] == lat]):
+            self.assertTrue(sample, "no %s samples" % lat)
+        for r in rows:
+            if r["metric_name"] == lat:
+                self.assertEqual(r["tags"].get("arm"), "k6test", r)
+                self.assertTrue(r["tags"].get("stage"), r)
+        for pt in points:
+            if pt["metric"] == lat:
+                self.assertTrue(pt["data"]["tags"].get("stage"), pt)
+        # the server's side of every unary call, read from the echod-timing trailer
+        self.assertGreater(count(s, "server_total_us"), 0)
+        self.assertEqual(count(s, "server_timing_missing"), 0)
+        return s, rows
+
+    def unary_rows_ok(self, rows, n):
+        grpc_rows = [r for r in rows if r["metric_name"] == "grpc_req_duration"]
+        self.assertGreaterEqual(len(grpc_rows), n)
+        for r in grpc_rows:
+            self.assertEqual((r["status"], r["name"], r["method"], r["service"]),
+                             ("0", "/grpc.examples.echo.Echo/UnaryEcho", "UnaryEcho",
+                              "grpc.examples.echo.Echo"))
+
+    def test_unary_fixed_rate(self):
+        for reflect in ("1", "0"):
+            with self.subTest(reflect=reflect):
+                s, rows = self.run_script("unary-fixed-rate", {"RATE": "20", "DURATION": "2s",
+                                                               "VUS": "2"}, reflect)
+                self.assertGreaterEqual(count(s, "echo_ok"), 30)  # 20/s for 2 s, loaded machine
+                self.unary_rows_ok(rows, 30)
+
+    def test_unary_ramp(self):
+        for reflect in ("1", "0"):
+            with self.subTest(reflect=reflect):
+                s, rows = self.run_script("unary-ramp", {"START": "10", "END": "20", "STEP": "10",
+                                                         "STEP_DURATION": "1s", "VUS": "2"},
+                                          reflect)
+                stages = {r["tags"]["stage"] for r in rows
+                          if r["metric_name"] == "grpc_req_duration"}
+                self.assertEqual(stages, {"s01", "s02"})
+                self.unary_rows_ok(rows, 20)
+
+    def test_bidi_ramp(self):
+        for reflect in ("1", "0"):
+            with self.subTest(reflect=reflect):
+                # 2 streams, 100 then 200 msg/s aggregate for 1 s each: 300 messages due
+                s, rows = self.run_script("bidi-ramp", {"STREAMS": "2", "START": "100",
+                                                        "END": "200", "STEP": "100",
+                                                        "STEP_DURATION": "1s", "PROBE_RATE": "5"},
+                                          reflect)
+                self.assertEqual(count(s, "echo_sent") + count(s, "echo_dropped"), 300)
+                for st in ("s01", "s02"):
+                    self.assertTrue(count(s, "bidi_msg_latency_ms{stage:%s}" % st), st)
+                self.assertGreater(count(s, "probe_ok"), 0)
+
+    def test_rest_control(self):
+        port = free_port()
+        d = Daemon(config=os.path.join(ROOT, "config", "arms", "rest.yaml"),
+                   sets=["log.level=warn", "listen.rest=127.0.0.1:%d" % port]).start()
+        try:
+            deadline = time.monotonic() + 10 * SLOW
+            while not port_open(port):
+                self.assertLess(time.monotonic(), deadline, "listen.rest never opened")
+                time.sleep(0.05)
+            p, summary, out_csv, _ = run_k6(os.path.join(K6_DIR, "rest-control.js"),
+                                            "127.0.0.1:%d" % port,
+                                            {"START": "10", "END": "20", "STEP": "10",
+                                             "STEP_DURATION": "1s", "VUS": "2"}, self.tmp)
+            bad = judge(p, summary, "rest-control")
+            self.assertEqual(bad, [], explain(p, bad))
+            _, rows = read_csv(out_csv)
+            http_rows = [r for r in rows if r["metric_name"] == "http_req_duration"]
+            self.assertGreaterEqual(len(http_rows), 20)
+            for r in http_rows:
+                self.assertEqual((r["status"], r["method"], r["expected_response"]),
+                                 ("200", "POST", "true"), r)
+        finally:
+            d.stop()
+            d.cleanup()
+
+
+BAD_TEMPLATE = """
+import grpc from 'k6/net/grpc';
+import { check } from 'k6';
+import { Counter } from 'k6/metrics';
+
+const sent = new Counter('echo_sent');
+const ok = new Counter('echo_ok');
+const client = new grpc.Client();
+if (__ENV.REFLECT === '0') client.load(['%(proto)s'], 'echo.proto');
+export const options = { iterations: 3, vus: 1 };
+
+export default function () {
+  if (__ITER === 0) client.connect(__ENV.TARGET, { plaintext: true, reflect: __ENV.REFLECT !== '0' });
+  sent.add(1);
+  const r = client.invoke('%(method)s', { message: 'x' });
+  if (check(r, { 'answered right': (r) => r.status === grpc.StatusOK && %(cond)s })) ok.add(1);
+}
+
+export function handleSummary(data) {
+  return { '%(summary)s': JSON.stringify({ echod_k6: 1, summary: data }) };
+}
+"""
+
+BAD = {
+    "missing-method": ("grpc.examples.echo.Echo/NoSuchEcho", "r.message.message === 'x'",
+                       "not found"),
+    "misread": ("grpc.examples.echo.Echo/UnaryEcho", "r.message.msg === 'x'", "checks failed"),
+}
+
+
+@unittest.skipIf(WHY_NOT, "k6 tests skipped: %s" % WHY_NOT)
+class BrokenScriptsFail(unittest.TestCase):
+    """The judge above catches a script calling a missing method or misreading a response; a
+    script of the same shape done right passes it (so the failures are the scripts')."""
+
+    def test_broken_scripts_are_caught(self):
+        tmp = tempfile.mkdtemp(prefix="k6-bad-")
+        try:
+            with Daemon(sets=["log.level=warn"]) as d:
+                cases = dict(BAD, good=("grpc.examples.echo.Echo/UnaryEcho",
+                                        "r.message.message === 'x'", None))
+                for reflect in ("1", "0"):
+                    for name, (method, cond, needle) in cases.items():
+                        with self.subTest(script=name, reflect=reflect):
+                            summary = os.path.join(tmp, name + reflect + ".json")
+                            path = os.path.join(tmp, name + reflect + ".js")
+                            with open(path, "w") as f:
+                                f.write(BAD_TEMPLATE % {"method": method, "cond": cond,
+                                                        "summary": summary,
+                                                        "proto": os.path.join(ROOT, "proto")})
+                            p, _, _, _ = run_k6(path, d.grpc_target, {"REFLECT": reflect}, tmp)
+                            bad = judge(p, summary)
+                            if needle is None:
+                                self.assertEqual(bad, [], explain(p, bad))
+                            else:
+                                self.assertTrue(any(needle in b for b in bad), explain(p, bad))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""bench/study --quick: the capacity study in miniature, as CI runs it.
+
+Checks what a user of the study relies on, not how fast anything is: the command exits 0 (every
+call and message answered OK; a driver's abandonment at a run's end is not a failure), every
+table of the three experiments has a row per arm and step, every plot is a PNG, and the JSON
+says which driver produced each row. Timing is never asserted.
+
+Skipped with the reason without h2load or k6, and in sanitizer builds (a load study measures a
+release build). Run on its own:
+  ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_study.py
+"""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from echod_harness import ECHOD_BIN, ROOT, SANITIZER, main  # noqa: E402
+from echodlib import k6 as k6lib  # noqa: E402  (echod_harness put tools/ on sys.path)
+
+STUDY = os.path.join(ROOT, "bench", "study")
+
+
+def why_skip():
+    if SANITIZER:
+        return "a sanitizer build (%s): the study measures release builds" % SANITIZER
+    if not shutil.which("h2load"):
+        return "h2load is not installed (nghttp2-client)"
+    return k6lib.unusable()
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", "%s is not a PNG" % path
+    return struct.unpack(">II", head[16:24])
+
+
+@unittest.skipIf(why_skip(), "bench/study --quick skipped: %s" % why_skip())
+class QuickStudy(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.out = tempfile.mkdtemp(prefix="study-test-")
+        cls.p = subprocess.run(["/usr/bin/python3", STUDY, "--quick", "--out", cls.out,
+                                "--echod", ECHOD_BIN], cwd=ROOT, capture_output=True, text=True,
+                               timeout=600)
+        cls.data = None
+        path = os.path.join(cls.out, "study.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                cls.data = json.load(f)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.out, ignore_errors=True)
+
+    def test_exit_status_and_no_problem(self):
+        self.assertEqual(self.p.returncode, 0, "bench/study --quick: exit %d\n%s\n%s" % (
+            self.p.returncode, self.p.stdout[-6000:], self.p.stderr[-6000:]))
+        self.assertEqual(self.data["problems"], [])
+
+    def test_every_table_has_every_arm(self):
+        self.assertIsNotNone(self.data, self.p.stderr[-4000:])
+        arms = self.data["arms"]
+        self.assertIn("direct", arms)
+        with open(os.path.join(self.out, "study.md")) as f:
+            md = f.read()
+        for heading in ("## Fixed-rate grid", "## Unary saturation ramp", "## Streaming ramp"):
+            self.assertIn(heading, md)
+        for arm in arms:
+            r = self.data["results"][arm]
+            self.assertEqual([s["driver"].split(" ")[0] for s in r["fixed"]], ["k6", "h2load"])
+            self.assertEqual(len(r["ramp"]), 2)
+            self.assertEqual([run["streams"] for run in r["streams"]], [20, 40])
+            for s in r["fixed"] + r["ramp"]:
+                self.assertGreater(s["ok"], 0, (arm, s))
+                self.assertEqual(s["failed"], 0, (arm, s))
+                self.assertIsNotNone(s["p99_ms"], (arm, s))
+                self.assertIsNotNone(s["cpu_us_per_call"], (arm, s))
+            for run in r["streams"]:
+                for s in run["steps"]:
+                    self.assertGreater(s["ok"], 0, (arm, s))
+                    self.assertEqual(s["failed"], 0, (arm, s))
+            self.assertIn("| %s | k6 |" % arm, md)
+            self.assertIn("| %s | h2load |" % arm, md)
+        self.assertGreater(self.data["cpu_us"], 0, "calibrated per-call work")
+
+    def test_plots_and_reports(self):
+        for exp in ("fixed", "ramp", "streams"):
+            for name in ("report.md", "report.json"):
+                self.assertTrue(os.path.exists(os.path.join(self.out, exp, name)), (exp, name))
+            for name in ("p99-vs-offered.png", "goodput-vs-offered.png"):
+                w, h = png_size(os.path.join(self.out, exp, name))
+                self.assertGreater(w, 300)
+                self.assertGreater(h, 200)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""echodlib: the one Python library of echod's tooling.
+
+Shared by the integration tests (tests/integration/echod_harness.py re-exports it), bench/*,
+bench/study and deploy/report. Standard library only (Debian's /usr/bin/python3), one module
+per need:
+
+  paths    the repository root and the echod binary
+  ports    free loopback ports
+  prom     /metrics: scrape, parse (Prometheus text 0.0.4), deltas
+  stats    percentiles
+  procstat CPU time and RSS of a process from /proc
+  h2load   running h2load and reading its output
+  k6       finding the k6 binary and its version
+  daemon   starting and stopping echod on free ports
+
+Import it by putting <root>/tools on sys.path:
+
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from echodlib import ports, prom
+"""

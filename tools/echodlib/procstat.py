@@ -1,0 +1,162 @@
+"""CPU time and memory of a process (and of the machine's CPUs) from the kernel.
+
+A process's CPU is read two ways: the process CPU-time clock of another pid
+(clock_getcpuclockid(pid), ns resolution) and /proc/PID/stat utime/stime (all threads, live
+and exited, in clock ticks of usually 10 ms: too coarse for a short run at µs per call, but it
+splits user from system time).
+"""
+
+import os
+import threading
+import time
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_clock(pid):
+    """utime+stime of the whole process in seconds, ns resolution; None when unreadable.
+    MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED) is the clock id of another process."""
+    try:
+        return time.clock_gettime(((~pid) << 3) | 2)
+    except (OSError, OverflowError):
+        return None
+
+
+def cpu_proc_stat(pid):
+    """(utime, stime) in seconds from /proc/PID/stat fields 14 and 15."""
+    with open("/proc/%d/stat" % pid) as f:
+        data = f.read()
+    rest = data[data.rindex(")") + 2:].split()   # rest[0] is field 3 (state)
+    return int(rest[14 - 3]) / CLK_TCK, int(rest[15 - 3]) / CLK_TCK
+
+
+def task_switches(pid):
+    """(voluntary, involuntary, threads) summed over pid's live threads from
+    /proc/PID/task/*/status: the same reading for every server (a thread that exits takes its
+    count along; echod's own /metrics figure keeps them, see echod_context_switches_total)."""
+    vol = invol = n = 0
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        vol += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches:"):
+                        invol += int(line.split()[1])
+            n += 1
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that just exited
+    return vol, invol, n
+
+
+def cpu_sample(pid):
+    """{"clock": s or None, "utime", "stime", "stat": utime+stime (None when unreadable),
+    "csw": task_switches(pid)}."""
+    try:
+        ut, st = cpu_proc_stat(pid)
+    except (OSError, ValueError, IndexError):
+        ut = st = None
+    return {"clock": cpu_clock(pid), "utime": ut, "stime": st,
+            "stat": None if ut is None else ut + st, "csw": task_switches(pid)}
+
+
+def csw_delta(a, b, n):
+    """Context switches per unit (call, message) between two samples: (all, voluntary,
+    involuntary, threads at the end), or None."""
+    if not n or a.get("csw") is None or b.get("csw") is None:
+        return None
+    v, i = b["csw"][0] - a["csw"][0], b["csw"][1] - a["csw"][1]
+    return {"per": (v + i) / n, "vol": v / n, "invol": i / n, "threads": b["csw"][2]}
+
+
+def cpu_delta(a, b):
+    """CPU seconds between two cpu_sample()s and which source gave them: (s, 'clock'|'stat')."""
+    if a["clock"] is not None and b["clock"] is not None:
+        return b["clock"] - a["clock"], "clock"
+    if a["utime"] is not None and b["utime"] is not None:
+        return b["stat"] - a["stat"], "stat"
+    return None, None
+
+
+def sys_fraction(a, b):
+    """stime share of the CPU between two samples (10 ms ticks: rough on short runs)."""
+    if a["utime"] is None or b["utime"] is None:
+        return None
+    u, s = b["utime"] - a["utime"], b["stime"] - a["stime"]
+    return s / (u + s) if u + s > 0 else None
+
+
+def cpu_times():
+    """{cpu number: (busy jiffies, total jiffies)} from /proc/stat."""
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu") and line[3].isdigit():
+                p = line.split()
+                v = list(map(int, p[1:]))
+                total = sum(v[:8])
+                out[int(p[0][3:])] = (total - v[3] - v[4], total)
+    return out
+
+
+def busy_share(a, b, cpu):
+    """Share of the interval between two cpu_times() this CPU was busy (any process)."""
+    try:
+        db, dt = b[cpu][0] - a[cpu][0], b[cpu][1] - a[cpu][1]
+    except KeyError:
+        return None
+    return db / dt if dt else None
+
+
+def proc_status(pid):
+    """VmRSS, VmHWM (kB) and Threads of /proc/PID/status ({} when the process is gone)."""
+    d = {}
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("VmRSS", "VmHWM", "Threads"):
+                    d[k] = int(v.split()[0])
+    except OSError:
+        pass
+    return d
+
+
+def open_fds(pid):
+    try:
+        return len(os.listdir("/proc/%d/fd" % pid))
+    except OSError:
+        return None
+
+
+class RssSampler:
+    """Largest VmRSS (kB) of pid while the with-block runs, sampled every `every` seconds."""
+
+    def __init__(self, pid, every=0.25):
+        self.pid = pid
+        self.every = every
+        self.max_kb = proc_status(pid).get("VmRSS")
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _note(self):
+        v = proc_status(self.pid).get("VmRSS")
+        if v is not None and (self.max_kb is None or v > self.max_kb):
+            self.max_kb = v
+
+    def _run(self):
+        while not self._stop.wait(self.every):
+            self._note()
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self._note()

@@ -1,0 +1,25 @@
+"""Percentiles, one definition for every tool: linear between closest ranks (numpy's default
+and k6's, so deploy/report's p99 of a CSV equals k6's own p(99) of the same samples)."""
+
+
+def percentile(sorted_values, p):
+    """p in [0, 1] of an ascending list; None when it is empty."""
+    v = sorted_values
+    if not v:
+        return None
+    i = p * (len(v) - 1)
+    lo = int(i)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (i - lo)
+
+
+def median(values):
+    return percentile(sorted(values), 0.5)
+
+
+def nearest_rank(sorted_values, p):
+    """Nearest-rank percentile, p in [0, 100] (bench/*'s tables): an observed value."""
+    if not sorted_values:
+        return None
+    k = max(1, -(-p * len(sorted_values) // 100))
+    return sorted_values[int(k) - 1]
