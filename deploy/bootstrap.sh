@@ -28,7 +28,7 @@ ROOT=$PWD
 
 # grpc-proto + protoc: the health, reflection and benchmark protos and the embedded descriptors.
 BUILD_PKGS=(meson ninja-build pkg-config gcc libc6-dev libh2o-evloop-dev libnghttp2-dev
-            libprotobuf-c-dev protobuf-c-compiler libyaml-dev libssl-dev grpc-proto protobuf-compiler python3)
+            libprotobuf-c-dev protobuf-c-compiler libyaml-dev libssl-dev zlib1g-dev grpc-proto protobuf-compiler python3)
 # grpc-tools: test stubs from grpc-proto; matplotlib: deploy/report; valgrind: the callgrind
 # regression check; clang + its runtime: the libFuzzer targets.
 TEST_PKGS=(python3 python3-grpcio python3-grpc-tools python3-h2 python3-yaml python3-matplotlib nghttp2-client
