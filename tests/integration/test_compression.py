@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc  # noqa: E402
 
 from echod_harness import (BIDI, CLIENT_STREAMING, ROOT, SERVER_STREAMING, SLOW, UNARY, Daemon,  # noqa: E402
-                           EchoStub, echod_check_config, main, metric_delta, pb_decode, pb_encode)
+                           DaemonTestCase, EchoStub, echod_check_config, main, metric_delta, pb_decode, pb_encode)
 
 ARMS = ("direct", "fixed", "direct-serialized")
 CAP = 65536  # transport.max_receive_message_bytes of the frame-level daemon
@@ -231,20 +231,13 @@ class Respond(unittest.TestCase):
             os.unlink(f.name)
 
 
-class FrameLevel(unittest.TestCase):
+class FrameLevel(DaemonTestCase):
     """Hostile and odd compressed input at the frame level, each beside neighbours that succeed."""
 
     @classmethod
-    def setUpClass(cls):
-        cls.d = Daemon(sets=["transport.max_receive_message_bytes=%d" % CAP]).start()
+    def start_daemon(cls):
         cls.bombs = {enc: bomb(enc, 1 << 30) for enc in ("gzip", "deflate")}
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.d.stop()
-        finally:
-            cls.d.cleanup()
+        return Daemon(sets=["transport.max_receive_message_bytes=%d" % CAP]).start()
 
     def beside(self, bad):
         """Runs bad(c) on a connection where a gzip bidi neighbour is open, then checks that the

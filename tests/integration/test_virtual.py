@@ -28,7 +28,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc  # noqa: E402
 
-from echod_harness import ROOT, SLOW, Daemon, EchoStub, echod_check_config, main, metric_delta  # noqa: E402
+from echod_harness import ROOT, SLOW, Daemon, DaemonTestCase, EchoStub, echod_check_config, main, metric_delta  # noqa: E402
 
 T = 30 * SLOW
 VT = "echod_executor_virtual_threads"
@@ -49,19 +49,12 @@ def health_check(channel, timeout):
     return check(b"", timeout=timeout)
 
 
-class OneCarrier(unittest.TestCase):
+class OneCarrier(DaemonTestCase):
     """One daemon, one carrier, for the whole class."""
 
     @classmethod
-    def setUpClass(cls):
-        cls.d = Daemon(sets=ONE_CARRIER).start()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.d.stop()
-        finally:
-            cls.d.cleanup()
+    def start_daemon(cls):
+        return Daemon(sets=ONE_CARRIER).start()
 
     def setUp(self):
         self.channel = self.d.channel()
