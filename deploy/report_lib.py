@@ -46,7 +46,7 @@ LATENCY_BY_SCRIPT = {
     "rest-control": "http_req_duration",
 }
 LATENCY_METRICS = ("grpc_req_duration", "http_req_duration", "bidi_msg_latency_ms")
-COUNTERS = ("echo_sent", "echo_ok", "echo_failed", "echo_dropped")
+COUNTERS = ("echo_sent", "echo_ok", "echo_failed", "echo_dropped", "echo_answered")
 SERVER_TREND = "server_total_us"
 
 
@@ -63,6 +63,10 @@ class Step:
         self.duration_s = None
         self.sent = 0.0
         self.ok = 0.0
+        # answers that arrived in the step (bidi-ramp.js's echo_answered); None: the script
+        # counts answers only by the step they were due in (ok), which is goodput too as long
+        # as no answer comes after its step ends
+        self.answered = None
         self.failed = 0.0
         self.dropped = 0.0
         self.p50_ms = None
@@ -73,7 +77,8 @@ class Step:
 
     @property
     def goodput(self):
-        return self.ok / self.duration_s if self.duration_s else None
+        done = self.ok if self.answered is None else self.answered
+        return done / self.duration_s if self.duration_s else None
 
     @property
     def sent_rate(self):
@@ -203,7 +208,7 @@ class CsvReader:
         if arm not in self.per:
             self.per[arm] = {"lat": {}, "server": {}, "counters": {}, "offered": {}, "first": {},
                              "last": {}, "tick": 1.0, "script": None, "files": [],
-                             "dropped_at": []}
+                             "dropped_at": [], "answered": False}
         return self.per[arm]
 
     def add(self, path, arm_override=None):
@@ -278,6 +283,8 @@ class CsvReader:
             st["offered"][stage] = float(tags["offered"])
         st["tick"] = min(st["tick"], tick)
         if name in COUNTERS:
+            if name == "echo_answered":
+                st["answered"] = True
             c = st["counters"].setdefault(stage, {})
             c[name] = c.get(name, 0.0) + value
             if name in ("echo_sent", "echo_ok", "echo_dropped"):
@@ -308,6 +315,8 @@ class CsvReader:
                 c = st["counters"].get(stage, {})
                 step.sent = c.get("echo_sent", 0.0)
                 step.ok = c.get("echo_ok", 0.0)
+                if st["answered"]:
+                    step.answered = c.get("echo_answered", 0.0)
                 step.failed = c.get("echo_failed", 0.0)
                 step.dropped = c.get("echo_dropped", 0.0)
                 vals = sorted(lat.get(stage, []))
@@ -379,11 +388,14 @@ def read_summary_doc(doc, source, arm_override=None):
             return None
         return m.get("values", {}).get(stat)
 
+    answered = any(k.startswith("echo_answered") for k in metrics)
     for s in doc["schedule"]:
         step = Step(s["name"], s["offered"])
         step.duration_s = float(s["duration_s"])
         step.sent = val("echo_sent", s["name"], "count") or 0.0
         step.ok = val("echo_ok", s["name"], "count") or 0.0
+        if answered:
+            step.answered = val("echo_answered", s["name"], "count") or 0.0
         step.failed = val("echo_failed", s["name"], "count") or 0.0
         step.dropped = val("echo_dropped", s["name"], "count") or 0.0
         count = val(metric, s["name"], "count")
@@ -431,15 +443,15 @@ def read_bench(doc, source):
 
 def read_steps_doc(doc, source, arm_override=None):
     """{"echod_steps": 1, "arm", "script", "latency_metric", "cpu_us_per_call",
-    "steps": [{stage, offered, duration_s, sent, ok, failed, dropped, p50_ms, p99_ms,
-    latency_count, server_p50_us, server_p99_us}]} -> ArmResult."""
+    "steps": [{stage, offered, duration_s, sent, ok, answered (optional), failed, dropped,
+    p50_ms, p99_ms, latency_count, server_p50_us, server_p99_us}]} -> ArmResult."""
     res = ArmResult(arm_override or doc["arm"], source, doc.get("script"))
     res.latency_metric = doc.get("latency_metric")
     res.cpu_us_per_call = doc.get("cpu_us_per_call")
     res.cpu_source = doc.get("cpu_source")
     for d in doc["steps"]:
         st = Step(d["stage"], d["offered"])
-        for k in ("duration_s", "sent", "ok", "failed", "dropped", "p50_ms", "p99_ms",
+        for k in ("duration_s", "sent", "ok", "answered", "failed", "dropped", "p50_ms", "p99_ms",
                   "latency_count", "server_p50_us", "server_p99_us"):
             if d.get(k) is not None:
                 setattr(st, k, d[k])

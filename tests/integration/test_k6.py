@@ -27,6 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from echod_harness import ROOT, SLOW, Daemon, free_port, main, port_open  # noqa: E402
 from echodlib import k6 as k6lib  # noqa: E402  (echod_harness put tools/ on sys.path)
 
+sys.path.insert(0, os.path.join(ROOT, "deploy"))
+import report_lib  # noqa: E402
+
 K6_DIR = os.path.join(ROOT, "deploy", "k6")
 CSV_HEADER = ("metric_name,timestamp,metric_value,check,error,error_code,expected_response,group,"
               "method,name,proto,scenario,service,status,subproto,tls_version,url,extra_tags,"
@@ -190,6 +193,20 @@ class ShippedScripts(unittest.TestCase):
                 self.assertEqual(count(s, "echo_sent") + count(s, "echo_dropped"), 300)
                 for st in ("s01", "s02"):
                     self.assertTrue(count(s, "bidi_msg_latency_ms{stage:%s}" % st), st)
+                # echo_answered: the same answers by the stage they arrived in, which is what
+                # deploy/report calls a step's goodput (an answer after the schedule is in none)
+                answered = [count(s, "echo_answered{stage:%s}" % st) for st in ("s01", "s02")]
+                self.assertTrue(all(answered), answered)
+                self.assertLessEqual(sum(answered), count(s, "echo_ok"))
+                self.assertGreater(sum(answered), count(s, "echo_ok") / 2)
+                steps = report_lib.read_summary_doc(s, "summary").steps
+                self.assertEqual([st.goodput for st in steps], [a / 1.0 for a in answered])
+                # the same counts from k6's --out csv and --out json, as deploy/report reads them
+                for add, name in (("add", "out.csv"), ("add_json", "out.json")):
+                    reader = report_lib.CsvReader()
+                    getattr(reader, add)(os.path.join(self.tmp, name))
+                    got = {st.stage: st.answered for st in reader.results()["k6test"].steps}
+                    self.assertEqual(got, {"s01": answered[0], "s02": answered[1]}, name)
                 self.assertGreater(count(s, "probe_ok"), 0)
 
     def test_rest_control(self):

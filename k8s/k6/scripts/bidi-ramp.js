@@ -7,7 +7,9 @@
 // offering less (coordinated omission). Each stream is phase-shifted by index/STREAMS of a gap so
 // the streams do not all send in the same millisecond. Bounded in-flight: a stream with
 // MAX_INFLIGHT messages unanswered skips the messages that fall due (counted in echo_dropped
-// with their stage) instead of queueing without bound. Latency is taken from the due time
+// with their stage) instead of queueing without bound. echo_ok counts an answer in the stage its
+// message was due in; echo_answered counts it in the stage it arrived in, which is the step's
+// goodput: in a saturated step up to STREAMS x MAX_INFLIGHT answers come after the step ends. Latency is taken from the due time
 // (bidi_msg_latency_ms, what deploy/report uses) and from the write (bidi_msg_rtt_ms); k6 gives
 // scripts only millisecond clocks, so both have 1 ms resolution.
 //
@@ -66,12 +68,13 @@ export const options = {
   scenarios,
   tags: { arm: c.ARM, script: 'bidi-ramp' },
   summaryTrendStats: c.TREND_STATS,
-  thresholds: c.stageThresholds(SCHEDULE, LATENCY, ['bidi_msg_rtt_ms', 'echo_dropped', 'probe_ok']),
+  thresholds: c.stageThresholds(SCHEDULE, LATENCY, ['bidi_msg_rtt_ms', 'echo_dropped', 'echo_answered', 'probe_ok']),
 };
 
 const msgLatency = new Trend('bidi_msg_latency_ms', true);
 const msgRtt = new Trend('bidi_msg_rtt_ms', true);
 const echoDropped = new Counter('echo_dropped');
+const echoAnswered = new Counter('echo_answered');
 const probeOk = new Counter('probe_ok');
 const probeFailed = new Counter('probe_failed');
 
@@ -126,6 +129,8 @@ export function bidi() {
     received++;
     if (ok) {
       c.echoOk.add(1, e.tags);
+      // an answer after the schedule's end belongs to no step's goodput
+      if (now - origin < TOTAL_S * 1000) echoAnswered.add(1, c.stageTags(c.stageAt(SCHEDULE, origin, now)));
       msgLatency.add(now - e.due, e.tags);
       msgRtt.add(now - e.sent, e.tags);
     } else {
