@@ -12,6 +12,7 @@ release build). Run on its own:
 
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -85,7 +86,11 @@ class QuickStudy(unittest.TestCase):
             for run in r["streams"]:
                 for s in run["steps"]:
                     self.assertGreater(s["ok"], 0, (arm, s))
+                    self.assertGreater(s["answered"], 0, (arm, s))
                     self.assertEqual(s["failed"], 0, (arm, s))
+                # answers by arrival: a step may hold the one before's backlog, never more in all
+                self.assertLessEqual(sum(s["answered"] for s in run["steps"]),
+                                     sum(s["ok"] for s in run["steps"]), (arm, run["streams"]))
             self.assertIn("| %s | k6 |" % arm, md)
             self.assertIn("| %s | h2load |" % arm, md)
         self.assertGreater(self.data["cpu_us"], 0, "calibrated per-call work")
@@ -98,6 +103,33 @@ class QuickStudy(unittest.TestCase):
                 w, h = png_size(os.path.join(self.out, exp, name))
                 self.assertGreater(w, 300)
                 self.assertGreater(h, 200)
+
+
+def why_skip_h2load():
+    if SANITIZER:
+        return "a sanitizer build (%s): the benchmarks measure release builds" % SANITIZER
+    if not shutil.which("h2load"):
+        return "h2load is not installed (nghttp2-client)"
+    return None
+
+
+@unittest.skipIf(why_skip_h2load(), "bench/drain-depth skipped: %s" % why_skip_h2load())
+class DrainDepth(unittest.TestCase):
+    """bench/drain-depth in miniature: it runs, prints a row per window and arm, and each arm's
+    flushes come from its own trigger (the figures themselves are never asserted)."""
+
+    def test_rows_and_triggers(self):
+        p = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "drain-depth"),
+                            "--windows", "2x2,4x2", "--seconds", "1", "--rate", "100",
+                            "--cpu-us", "100", "--echod", ECHOD_BIN], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        rows = [line for line in p.stdout.splitlines()
+                if re.match(r"\| \d+ x \d+ = \d+ \|", line)]
+        self.assertEqual([r.split(" | ")[1] for r in rows], ["direct", "direct-drain"] * 2)
+        for r in rows:
+            flushes = r.rstrip(" |").rsplit(" | ", 1)[1]
+            self.assertIn("read_complete" if "direct-drain" in r else "loop_tail", flushes, r)
 
 
 if __name__ == "__main__":
