@@ -64,6 +64,14 @@ def read_csv(path):
     return header, rows
 
 
+def reflection_timing(metric, name):
+    """Whether a sample is k6's timing of the reflection RPC it makes inside connect(): no name,
+    no method, none of the script's tags. k6 records it only when that connection closes while
+    the run's context is still live, so in some runs and not in others (grafana/k6 pull 2160
+    describes it). It is not a call of the script; deploy/report skips it too (no stage)."""
+    return metric == "grpc_req_duration" and not name
+
+
 def read_json_points(path):
     """k6 --out json: one object per line; the Point lines."""
     with open(path) as f:
@@ -137,7 +145,9 @@ class ShippedScripts(unittest.TestCase):
             s = json.load(f)
         header, rows = read_csv(out_csv)
         self.assertEqual(header, CSV_HEADER)
-        points = read_json_points(out_json)
+        rows = [r for r in rows if not reflection_timing(r["metric_name"], r["name"])]
+        points = [pt for pt in read_json_points(out_json)
+                  if not reflection_timing(pt["metric"], pt["data"]["tags"].get("name"))]
         self.assertTrue(points, "k6 --out json wrote no points")
         lat = s["latency_metric"]
         for sample in ([r for r in rows if r["metric_name"] == lat],
