@@ -9,6 +9,7 @@ nested, unlimited and unreadable files, is tests/unit/test_cgroup.c.
 import os
 import shlex
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -73,6 +74,26 @@ class V1Quota(unittest.TestCase):
         except OSError:
             pass
 
+    def cpu_stat(self):
+        with open(os.path.join(self.dir, "cpu.stat")) as f:
+            return {k: int(v) for k, v in (line.split() for line in f)}
+
+    def wait_for_a_period(self):
+        """The cgroup's nr_periods once it is above 0. The period timer was started by the
+        calls' CPU use and fires at the period's end (100 ms by default), so this is bounded by
+        one period; the deadline only turns a kernel that never counts into a clear failure."""
+        with open(os.path.join(self.dir, "cpu.cfs_period_us")) as f:
+            period_s = int(f.read()) / 1e6
+        deadline = time.monotonic() + 20 * period_s * SLOW
+        while True:
+            n = self.cpu_stat()["nr_periods"]
+            if n > 0:
+                return n
+            if time.monotonic() > deadline:
+                self.fail("the cgroup's cpu.stat counted no CFS period %.1f s after 40 ms of work"
+                          % (20 * period_s * SLOW))
+            time.sleep(period_s / 10)
+
     def test_one_cpu_quota(self):
         cpus = len(os.sched_getaffinity(0))
         sets = ["executor.mode=fixed", "executor.threads=0"]
@@ -84,6 +105,10 @@ class V1Quota(unittest.TestCase):
                 for _ in range(20):
                     self.assertEqual(stub.UnaryEcho("q", timeout=20 * SLOW,
                                                     metadata=[("echod-cpu-us", "2000")]), "q")
+            # The kernel adds to nr_periods when a CFS period's timer fires, up to one period
+            # after the work: a scrape straight after the calls can rightly read 0 (CI did).
+            # Wait for the cgroup's own cpu.stat to count a period, then scrape.
+            kernel_periods = self.wait_for_a_period()
             m = d.metrics()
             self.assertEqual(m.metric("echod_effective_cpus"), 1,
                              "a 1-CPU v1 quota on a %d-CPU machine" % cpus)
@@ -92,7 +117,8 @@ class V1Quota(unittest.TestCase):
             self.assertEqual(m.metric("echod_cgroup_cpu_quota_cpus"), 1)
             # the v1 cpu.stat of our cgroup: 40 ms of handler CPU ran in CFS periods
             self.assertTrue(m.has("echod_cgroup_cpu_throttled_periods_total"), "v1 throttling counters")
-            self.assertGreater(m.metric("echod_cgroup_cpu_periods_total"), 0)
+            # what the kernel said before the scrape, at least: echod reads cpu.stat per scrape
+            self.assertGreaterEqual(m.metric("echod_cgroup_cpu_periods_total"), kernel_periods)
 
         # the same machine without the quota: the affinity mask
         with Daemon(sets=sets) as d:
