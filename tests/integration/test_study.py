@@ -5,7 +5,8 @@ call and message answered OK; a driver's abandonment at a run's end is not a fai
 table of the three experiments has a row per arm and step, every plot is a PNG, and the JSON
 says which driver produced each row. Timing is never asserted.
 
-Skipped with the reason without h2load or k6, and in sanitizer builds (a load study measures a
+The CFS-quota model runs too, on two arms, when this machine lets a cgroup with a quota be made
+(root). Skipped with the reason without h2load or k6, and in sanitizer builds (a load study measures a
 release build). Run on its own:
   ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_study.py
 """
@@ -22,7 +23,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from echod_harness import ECHOD_BIN, ROOT, SANITIZER, main  # noqa: E402
-from echodlib import k6 as k6lib  # noqa: E402  (echod_harness put tools/ on sys.path)
+from echodlib import cgroup as cglib  # noqa: E402  (echod_harness put tools/ on sys.path)
+from echodlib import k6 as k6lib  # noqa: E402
 
 STUDY = os.path.join(ROOT, "bench", "study")
 
@@ -94,6 +96,11 @@ class QuickStudy(unittest.TestCase):
             self.assertIn("| %s | k6 |" % arm, md)
             self.assertIn("| %s | h2load |" % arm, md)
         self.assertGreater(self.data["cpu_us"], 0, "calibrated per-call work")
+        # the throttling table is there when echod's cgroup counted CFS periods: not on a
+        # pinned core, unless this machine's own cgroup has a quota
+        counted = any((s["cfs"] or {}).get("periods") for arm in arms
+                      for s in self.data["results"][arm]["fixed"] + self.data["results"][arm]["ramp"])
+        self.assertEqual("## CFS throttling" in md, bool(counted))
 
     def test_plots_and_reports(self):
         for exp in ("fixed", "ramp", "streams"):
@@ -103,6 +110,54 @@ class QuickStudy(unittest.TestCase):
                 w, h = png_size(os.path.join(self.out, exp, name))
                 self.assertGreater(w, 300)
                 self.assertGreater(h, 200)
+
+
+def why_skip_quota():
+    why = why_skip()
+    if why:
+        return why
+    group, why = cglib.CpuQuota.create("echod-study-probe", 1.0)
+    if group is None:
+        return why
+    group.remove()
+    return None
+
+
+@unittest.skipIf(why_skip_quota(), "bench/study --quick --cpu-model quota skipped: %s"
+                 % why_skip_quota())
+class QuickQuotaStudy(unittest.TestCase):
+    """The CFS-quota model in miniature: echod runs in a 1-CPU quota cgroup and every unary
+    step records its CFS periods, so study.md gets its throttling table (its figures are not
+    asserted: a one-thread arm cannot exceed the quota, a pool arm may or may not)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.out = tempfile.mkdtemp(prefix="study-quota-test-")
+        cls.p = subprocess.run(["/usr/bin/python3", STUDY, "--quick", "--cpu-model", "quota",
+                                "--arms", "direct,cached", "--out", cls.out, "--echod", ECHOD_BIN],
+                               cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.out, ignore_errors=True)
+
+    def test_throttling_table(self):
+        self.assertEqual(self.p.returncode, 0, "exit %d\n%s" % (self.p.returncode,
+                                                               self.p.stderr[-6000:]))
+        with open(os.path.join(self.out, "study.json")) as f:
+            data = json.load(f)
+        self.assertIn("CFS quota of one CPU", data["cpu_model"])
+        for arm in ("direct", "cached"):
+            for s in data["results"][arm]["fixed"] + data["results"][arm]["ramp"]:
+                cfs = s["cfs"]
+                # every step ran seconds of work in the cgroup: the kernel counted its periods
+                self.assertGreater(cfs["periods"], 0, (arm, s["offered"], cfs))
+                self.assertLessEqual(cfs["throttled_periods"], cfs["periods"], (arm, cfs))
+                self.assertGreaterEqual(cfs["throttled_s"], 0, (arm, cfs))
+        with open(os.path.join(self.out, "study.md")) as f:
+            md = f.read()
+        self.assertIn("## CFS throttling per step", md)
+        self.assertRegex(md, r"\| 1\.2 x \| \d+ \| \d+% \([0-9.]+ s\) \| \d+% \([0-9.]+ s\) \|")
 
 
 def why_skip_h2load():
