@@ -3,9 +3,10 @@ machine, on cgroup v1 (the cpu controller mounted on its own, as on hybrid hosts
 
     g = CpuQuota.create("echod-study", cpus=1.0)   # needs root; None + why when impossible
     prefix = g.exec_prefix()                        # sh that joins the group, then exec
-    ...
-    g.throttled()                                   # (periods, throttled periods, throttled s)
     g.remove()
+
+Throttling is read from echod's own echod_cgroup_cpu_* metrics (bench/study), as a cluster
+user would see it, not from here.
 """
 
 import os
@@ -65,18 +66,6 @@ class CpuQuota:
         """A command prefix that moves itself into the group and execs the rest (the pid the
         caller sees is the program's own)."""
         return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', self.path]
-
-    def throttled(self):
-        """(periods, throttled periods, throttled seconds) so far."""
-        stat = {}
-        for line in _read(os.path.join(self.path, "cpu.stat")).splitlines():
-            k, _, v = line.partition(" ")
-            stat[k] = int(v)
-        if self.version == 1:
-            return stat.get("nr_periods", 0), stat.get("nr_throttled", 0), \
-                stat.get("throttled_time", 0) / 1e9
-        return stat.get("nr_periods", 0), stat.get("nr_throttled", 0), \
-            stat.get("throttled_usec", 0) / 1e6
 
     def remove(self):
         for _ in range(50):  # the last process may still be leaving
