@@ -123,18 +123,24 @@ def why_skip_quota():
     return None
 
 
-@unittest.skipIf(why_skip_quota(), "bench/study --quick --cpu-model quota skipped: %s"
-                 % why_skip_quota())
+WHY_SKIP_QUOTA = why_skip_quota()  # once: the probe makes and removes a cgroup
+STEP_S = 3  # --step-seconds, against --quick's 2 s unary and 1 s stream steps
+
+
+@unittest.skipIf(WHY_SKIP_QUOTA, "bench/study --quick --cpu-model quota skipped: %s"
+                 % WHY_SKIP_QUOTA)
 class QuickQuotaStudy(unittest.TestCase):
     """The CFS-quota model in miniature: echod runs in a 1-CPU quota cgroup and every unary
     step records its CFS periods, so study.md gets its throttling table (its figures are not
-    asserted: a one-thread arm cannot exceed the quota, a pool arm may or may not)."""
+    asserted: a one-thread arm cannot exceed the quota, a pool arm may or may not). It runs
+    with --step-seconds, so the knob's steps are checked too."""
 
     @classmethod
     def setUpClass(cls):
         cls.out = tempfile.mkdtemp(prefix="study-quota-test-")
         cls.p = subprocess.run(["/usr/bin/python3", STUDY, "--quick", "--cpu-model", "quota",
-                                "--arms", "direct,cached", "--out", cls.out, "--echod", ECHOD_BIN],
+                                "--step-seconds", str(STEP_S), "--arms", "direct,cached",
+                                "--out", cls.out, "--echod", ECHOD_BIN],
                                cwd=ROOT, capture_output=True, text=True, timeout=600)
 
     @classmethod
@@ -158,6 +164,24 @@ class QuickQuotaStudy(unittest.TestCase):
             md = f.read()
         self.assertIn("## CFS throttling per step", md)
         self.assertRegex(md, r"\| 1\.2 x \| \d+ \| \d+% \([0-9.]+ s\) \| \d+% \([0-9.]+ s\) \|")
+
+    def test_step_seconds(self):
+        self.assertEqual(self.p.returncode, 0, self.p.stderr[-6000:])
+        with open(os.path.join(self.out, "study.json")) as f:
+            res = json.load(f)["results"]
+        for arm in ("direct", "cached"):
+            self.assertEqual([s["duration_s"] for s in res[arm]["ramp"]], [STEP_S] * 2, arm)
+            self.assertTrue(all(s["duration_s"] >= STEP_S for s in res[arm]["fixed"]), arm)
+            for run in res[arm]["streams"]:
+                self.assertEqual([s["duration_s"] for s in run["steps"]], [STEP_S] * 2,
+                                 (arm, run["streams"]))
+        self.assertRegex(self.p.stderr, r"2 arms: about \d+ min of steps")
+
+    def test_step_seconds_below_one(self):
+        p = subprocess.run(["/usr/bin/python3", STUDY, "--step-seconds", "0", "--echod", ECHOD_BIN],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--step-seconds must be at least 1", p.stderr)
 
 
 def why_skip_h2load():
