@@ -1621,6 +1621,20 @@ static const char *where_field(const echod_config_t *cfg, const char *path, cons
     return echod_config_where(cfg, key, buf, cap);
 }
 
+/* PATH.KEY, microseconds of CPU or sleep, against the cap CAP_KEY (in ms); an error names where it was written. */
+static int check_us_cap(const echod_config_t *cfg, const char *path, const char *key, uint64_t us, const char *cap_key,
+                        uint64_t cap_ms, char *err, size_t errlen)
+{
+    if (cap_ms >= UINT64_MAX / 1000 || us <= cap_ms * 1000)
+        return 0;
+    char cap[64], at[320];
+    describe_max_duration(cap, sizeof(cap), cap_ms);
+    echod_set_err(err, errlen, "%s: %s.%s: %llu us is more than %s allows (%s = %llu us); raise %s or lower the value",
+                  where_field(cfg, path, key, at, sizeof(at)), path, key, (unsigned long long)us, cap_key, cap,
+                  (unsigned long long)cap_ms * 1000, cap_key);
+    return -1;
+}
+
 /*
  * One work entry (work.defaults or a per_method one) against the ranges and the caps of `work`.
  * The ranges were checked on the way in; they are checked again because a caller may have written
@@ -1628,7 +1642,7 @@ static const char *where_field(const echod_config_t *cfg, const char *path, cons
  */
 static int check_work(const echod_config_t *cfg, const char *path, const echod_work_t *w, char *err, size_t errlen)
 {
-    char cap[64], at[320];
+    char at[320];
     if (w->response_bytes < -1 || w->response_bytes > (int64_t)cfg->work.max_response_bytes) {
         echod_set_err(err, errlen,
                       "%s: %s.response_bytes: %lld is outside -1..%u, where the top is work.max_response_bytes; raise "
@@ -1637,41 +1651,13 @@ static int check_work(const echod_config_t *cfg, const char *path, const echod_w
                       cfg->work.max_response_bytes);
         return -1;
     }
-    if (cfg->work.max_cpu_ms < UINT64_MAX / 1000 && w->cpu_us > cfg->work.max_cpu_ms * 1000) {
-        describe_max_duration(cap, sizeof(cap), cfg->work.max_cpu_ms);
-        echod_set_err(err, errlen,
-                      "%s: %s.cpu_us: %u us is more than work.max_cpu allows (%s = %llu us); raise work.max_cpu or "
-                      "lower the value",
-                      where_field(cfg, path, "cpu_us", at, sizeof(at)), path, w->cpu_us, cap,
-                      (unsigned long long)cfg->work.max_cpu_ms * 1000);
+    if (check_us_cap(cfg, path, "cpu_us", w->cpu_us, "work.max_cpu", cfg->work.max_cpu_ms, err, errlen) != 0 ||
+        check_us_cap(cfg, path, "cpu_stall_us", w->cpu_dist.stall_us, "work.max_cpu", cfg->work.max_cpu_ms, err,
+                     errlen) != 0 ||
+        check_us_cap(cfg, path, "sleep_us", w->sleep_us, "work.max_sleep", cfg->work.max_sleep_ms, err, errlen) != 0 ||
+        check_us_cap(cfg, path, "sleep_stall_us", w->sleep_dist.stall_us, "work.max_sleep", cfg->work.max_sleep_ms, err,
+                     errlen) != 0)
         return -1;
-    }
-    if (cfg->work.max_sleep_ms < UINT64_MAX / 1000 && w->sleep_us > cfg->work.max_sleep_ms * 1000) {
-        describe_max_duration(cap, sizeof(cap), cfg->work.max_sleep_ms);
-        echod_set_err(
-            err, errlen,
-            "%s: %s.sleep_us: %u us is more than work.max_sleep allows (%s = %llu us); raise work.max_sleep or "
-            "lower the value",
-            where_field(cfg, path, "sleep_us", at, sizeof(at)), path, w->sleep_us, cap,
-            (unsigned long long)cfg->work.max_sleep_ms * 1000);
-        return -1;
-    }
-    const struct {
-        const char *key, *cap_key;
-        uint64_t us, cap_ms;
-    } stalls[] = {{"cpu_stall_us", "work.max_cpu", w->cpu_dist.stall_us, cfg->work.max_cpu_ms},
-                  {"sleep_stall_us", "work.max_sleep", w->sleep_dist.stall_us, cfg->work.max_sleep_ms}};
-    for (size_t i = 0; i < 2; i++) {
-        if (stalls[i].cap_ms < UINT64_MAX / 1000 && stalls[i].us > stalls[i].cap_ms * 1000) {
-            describe_max_duration(cap, sizeof(cap), stalls[i].cap_ms);
-            echod_set_err(err, errlen,
-                          "%s: %s.%s: %llu us is more than %s allows (%s = %llu us); raise %s or lower the value",
-                          where_field(cfg, path, stalls[i].key, at, sizeof(at)), path, stalls[i].key,
-                          (unsigned long long)stalls[i].us, stalls[i].cap_key, cap,
-                          (unsigned long long)stalls[i].cap_ms * 1000, stalls[i].cap_key);
-            return -1;
-        }
-    }
     if (w->status > MAX_STATUS) {
         echod_set_err(err, errlen, "%s: %s.status: expected a gRPC status code from 0 to %d, got %u",
                       where_field(cfg, path, "status", at, sizeof(at)), path, MAX_STATUS, w->status);
@@ -1696,18 +1682,10 @@ static int check_model(const echod_config_t *cfg, char *err, size_t errlen)
                  {"step_cpu_us", m->step_cpu_us},
                  {"handoff_cpu_us", m->handoff_cpu_us},
                  {"message_cpu_us", m->message_cpu_us}};
-    char cap[64], at[320];
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
-        if (cfg->work.max_cpu_ms < UINT64_MAX / 1000 && units[i].us > cfg->work.max_cpu_ms * 1000) {
-            describe_max_duration(cap, sizeof(cap), cfg->work.max_cpu_ms);
-            echod_set_err(err, errlen,
-                          "%s: work.model.%s: %u us is more than work.max_cpu allows (%s = %llu us); raise "
-                          "work.max_cpu or lower the value",
-                          where_field(cfg, "work.model", units[i].key, at, sizeof(at)), units[i].key, units[i].us, cap,
-                          (unsigned long long)cfg->work.max_cpu_ms * 1000);
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (check_us_cap(cfg, "work.model", units[i].key, units[i].us, "work.max_cpu", cfg->work.max_cpu_ms, err,
+                         errlen) != 0)
             return -1;
-        }
-    }
     return 0;
 }
 

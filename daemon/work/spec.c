@@ -1,28 +1,42 @@
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "work/spec.h"
 
-static const char *const header_names[ECHOD_WORK__COUNT] = {
-    "echod-response-bytes",
-    "echod-cpu-us",
-    "echod-sleep-us",
-    "echod-status",
-    "echod-error-rate",
-    "echod-echo-metadata",
-    "echod-cpu-dist",
-    "echod-cpu-stall-fraction",
-    "echod-cpu-stall-us",
-    "echod-sleep-dist",
-    "echod-sleep-stall-fraction",
-    "echod-sleep-stall-us",
-    "echod-seed",
-    "echod-model",
-    "echod-model-call-cpu-us",
-    "echod-model-step-cpu-us",
-    "echod-model-handoff-cpu-us",
-    "echod-model-message-cpu-us",
+/* How a key's value reads, and where it goes in an echod_work_over_t (and, resolved, in its copy). */
+typedef enum { K_BYTES, K_US, K_STATUS, K_FRACTION, K_BOOL, K_DIST, K_SEED } key_kind_t;
+typedef enum { CAP_NONE = 0, CAP_CPU, CAP_SLEEP } key_cap_t;
+
+#define AT(member) offsetof(echod_work_over_t, member), sizeof(((echod_work_over_t *)0)->member)
+
+static const struct {
+    const char *name;
+    key_kind_t kind;
+    size_t offset, size;
+    key_cap_t cap; /* K_US: the work cap it is under */
+} keys[ECHOD_WORK__COUNT] = {
+    [ECHOD_WORK_RESPONSE_BYTES] = {"echod-response-bytes", K_BYTES, AT(work.response_bytes), CAP_NONE},
+    [ECHOD_WORK_CPU_US] = {"echod-cpu-us", K_US, AT(work.cpu_us), CAP_CPU},
+    [ECHOD_WORK_SLEEP_US] = {"echod-sleep-us", K_US, AT(work.sleep_us), CAP_SLEEP},
+    [ECHOD_WORK_STATUS] = {"echod-status", K_STATUS, AT(work.status), CAP_NONE},
+    [ECHOD_WORK_ERROR_RATE] = {"echod-error-rate", K_FRACTION, AT(work.error_rate), CAP_NONE},
+    [ECHOD_WORK_ECHO_METADATA] = {"echod-echo-metadata", K_BOOL, AT(work.echo_metadata), CAP_NONE},
+    [ECHOD_WORK_CPU_DIST] = {"echod-cpu-dist", K_DIST, AT(work.cpu_dist.kind), CAP_NONE},
+    [ECHOD_WORK_CPU_STALL_FRACTION] = {"echod-cpu-stall-fraction", K_FRACTION, AT(work.cpu_dist.stall_fraction),
+                                       CAP_NONE},
+    [ECHOD_WORK_CPU_STALL_US] = {"echod-cpu-stall-us", K_US, AT(work.cpu_dist.stall_us), CAP_CPU},
+    [ECHOD_WORK_SLEEP_DIST] = {"echod-sleep-dist", K_DIST, AT(work.sleep_dist.kind), CAP_NONE},
+    [ECHOD_WORK_SLEEP_STALL_FRACTION] = {"echod-sleep-stall-fraction", K_FRACTION, AT(work.sleep_dist.stall_fraction),
+                                         CAP_NONE},
+    [ECHOD_WORK_SLEEP_STALL_US] = {"echod-sleep-stall-us", K_US, AT(work.sleep_dist.stall_us), CAP_SLEEP},
+    [ECHOD_WORK_SEED] = {"echod-seed", K_SEED, AT(seed), CAP_NONE},
+    [ECHOD_WORK_MODEL] = {"echod-model", K_BOOL, AT(model.enabled), CAP_NONE},
+    [ECHOD_WORK_MODEL_CALL] = {"echod-model-call-cpu-us", K_US, AT(model.call_cpu_us), CAP_CPU},
+    [ECHOD_WORK_MODEL_STEP] = {"echod-model-step-cpu-us", K_US, AT(model.step_cpu_us), CAP_CPU},
+    [ECHOD_WORK_MODEL_HANDOFF] = {"echod-model-handoff-cpu-us", K_US, AT(model.handoff_cpu_us), CAP_CPU},
+    [ECHOD_WORK_MODEL_MESSAGE] = {"echod-model-message-cpu-us", K_US, AT(model.message_cpu_us), CAP_CPU},
 };
 
 _Static_assert(ECHOD_WORK__COUNT <= 32, "every key has a bit of echod_work_over_t.set");
@@ -79,28 +93,37 @@ static int parse_bool(const char *v, size_t len, bool *out)
     return 0;
 }
 
-/* The microsecond keys, by echod-* key; NULL for the others. */
-static uint32_t *us_field(echod_work_over_t *over, int which)
+/* Parses one key's value into its field (`field` points into an echod_work_over_t); 0 or the error. */
+static const char *parse_value(key_kind_t kind, const char *value, size_t vlen, void *field)
 {
-    switch (which) {
-    case ECHOD_WORK_CPU_US:
-        return &over->work.cpu_us;
-    case ECHOD_WORK_SLEEP_US:
-        return &over->work.sleep_us;
-    case ECHOD_WORK_CPU_STALL_US:
-        return &over->work.cpu_dist.stall_us;
-    case ECHOD_WORK_SLEEP_STALL_US:
-        return &over->work.sleep_dist.stall_us;
-    case ECHOD_WORK_MODEL_CALL:
-        return &over->model.call_cpu_us;
-    case ECHOD_WORK_MODEL_STEP:
-        return &over->model.step_cpu_us;
-    case ECHOD_WORK_MODEL_HANDOFF:
-        return &over->model.handoff_cpu_us;
-    case ECHOD_WORK_MODEL_MESSAGE:
-        return &over->model.message_cpu_us;
+    uint64_t x;
+    switch (kind) {
+    case K_BYTES:
+        if (parse_uint(value, vlen, INT32_MAX, &x) != 0)
+            return "expected a byte count from 0";
+        *(int64_t *)field = (int64_t)x;
+        return NULL;
+    case K_US:
+        if (parse_uint(value, vlen, UINT32_MAX, &x) != 0)
+            return "expected microseconds, an integer from 0";
+        *(uint32_t *)field = (uint32_t)x;
+        return NULL;
+    case K_STATUS:
+        if (parse_uint(value, vlen, 16, &x) != 0)
+            return "expected a gRPC status code from 0 to 16";
+        *(uint32_t *)field = (uint32_t)x;
+        return NULL;
+    case K_FRACTION:
+        return parse_fraction(value, vlen, field) != 0 ? "expected a fraction from 0.0 to 1.0" : NULL;
+    case K_BOOL:
+        return parse_bool(value, vlen, field) != 0 ? "expected true or false" : NULL;
+    case K_DIST:
+        return echod_dist_parse(value, vlen, field) != 0 ? "expected constant, exponential or stall" : NULL;
+    case K_SEED:
+        return parse_uint(value, vlen, UINT64_MAX, field) != 0 ? "expected an integer from 0 to 18446744073709551615"
+                                                               : NULL;
     }
-    return NULL;
+    return "unknown key";
 }
 
 int echod_work_parse_header(const char *name, size_t nlen, const char *value, size_t vlen, echod_work_over_t *over,
@@ -110,96 +133,36 @@ int echod_work_parse_header(const char *name, size_t nlen, const char *value, si
         return 0;
     int which;
     for (which = 0; which != ECHOD_WORK__COUNT; which++)
-        if (strlen(header_names[which]) == nlen && memcmp(header_names[which], name, nlen) == 0)
+        if (strlen(keys[which].name) == nlen && memcmp(keys[which].name, name, nlen) == 0)
             break;
     if (which == ECHOD_WORK__COUNT)
         return 0;
-    const char *key = header_names[which];
-    uint64_t x;
-    uint32_t *us = us_field(over, which);
-    if (us != NULL) {
-        if (parse_uint(value, vlen, UINT32_MAX, &x) != 0)
-            return set_error(error, key, "expected microseconds, an integer from 0", value, vlen), 1;
-        *us = (uint32_t)x;
+    const char *bad = parse_value(keys[which].kind, value, vlen, (char *)over + keys[which].offset);
+    if (bad != NULL)
+        set_error(error, keys[which].name, bad, value, vlen);
+    else
         over->set |= 1u << which;
-        return 1;
-    }
-    switch (which) {
-    case ECHOD_WORK_RESPONSE_BYTES:
-        if (parse_uint(value, vlen, INT32_MAX, &x) != 0)
-            return set_error(error, key, "expected a byte count from 0", value, vlen), 1;
-        over->work.response_bytes = (int64_t)x;
-        break;
-    case ECHOD_WORK_STATUS:
-        if (parse_uint(value, vlen, 16, &x) != 0)
-            return set_error(error, key, "expected a gRPC status code from 0 to 16", value, vlen), 1;
-        over->work.status = (uint32_t)x;
-        break;
-    case ECHOD_WORK_ERROR_RATE:
-    case ECHOD_WORK_CPU_STALL_FRACTION:
-    case ECHOD_WORK_SLEEP_STALL_FRACTION: {
-        double *f = which == ECHOD_WORK_ERROR_RATE           ? &over->work.error_rate
-                    : which == ECHOD_WORK_CPU_STALL_FRACTION ? &over->work.cpu_dist.stall_fraction
-                                                             : &over->work.sleep_dist.stall_fraction;
-        if (parse_fraction(value, vlen, f) != 0)
-            return set_error(error, key, "expected a fraction from 0.0 to 1.0", value, vlen), 1;
-        break;
-    }
-    case ECHOD_WORK_ECHO_METADATA:
-    case ECHOD_WORK_MODEL:
-        if (parse_bool(value, vlen, which == ECHOD_WORK_MODEL ? &over->model.enabled : &over->work.echo_metadata) != 0)
-            return set_error(error, key, "expected true or false", value, vlen), 1;
-        break;
-    case ECHOD_WORK_CPU_DIST:
-    case ECHOD_WORK_SLEEP_DIST:
-        if (echod_dist_parse(value, vlen,
-                             which == ECHOD_WORK_CPU_DIST ? &over->work.cpu_dist.kind : &over->work.sleep_dist.kind) !=
-            0)
-            return set_error(error, key, "expected constant, exponential or stall", value, vlen), 1;
-        break;
-    case ECHOD_WORK_SEED:
-        if (parse_uint(value, vlen, UINT64_MAX, &over->seed) != 0)
-            return set_error(error, key, "expected an integer from 0 to 18446744073709551615", value, vlen), 1;
-        break;
-    }
-    over->set |= 1u << which;
     return 1;
 }
 
-static int has(const echod_work_over_t *over, int which)
+/* The first value above its cap, as an INVALID_ARGUMENT message in buf; 0 when all are within. */
+static int check_caps(const echod_config_t *cfg, const echod_work_over_t *r, char *buf, size_t cap)
 {
-    return (over->set & (1u << which)) != 0;
-}
-
-/* The first value above its cap, as an INVALID_ARGUMENT message; 0 when all are within. */
-static int check_caps(const echod_config_t *cfg, const echod_work_t *w, const echod_work_model_t *m, char *buf,
-                      size_t cap)
-{
-    const struct {
-        int which;
-        uint64_t value;
-        const char *cap_key;
-        uint64_t cap_ms;
-    } timed[] = {
-        {ECHOD_WORK_CPU_US, w->cpu_us, "work.max_cpu", cfg->work.max_cpu_ms},
-        {ECHOD_WORK_SLEEP_US, w->sleep_us, "work.max_sleep", cfg->work.max_sleep_ms},
-        {ECHOD_WORK_CPU_STALL_US, w->cpu_dist.stall_us, "work.max_cpu", cfg->work.max_cpu_ms},
-        {ECHOD_WORK_SLEEP_STALL_US, w->sleep_dist.stall_us, "work.max_sleep", cfg->work.max_sleep_ms},
-        {ECHOD_WORK_MODEL_CALL, m->call_cpu_us, "work.max_cpu", cfg->work.max_cpu_ms},
-        {ECHOD_WORK_MODEL_STEP, m->step_cpu_us, "work.max_cpu", cfg->work.max_cpu_ms},
-        {ECHOD_WORK_MODEL_HANDOFF, m->handoff_cpu_us, "work.max_cpu", cfg->work.max_cpu_ms},
-        {ECHOD_WORK_MODEL_MESSAGE, m->message_cpu_us, "work.max_cpu", cfg->work.max_cpu_ms},
-    };
-    for (size_t i = 0; i < sizeof(timed) / sizeof(timed[0]); i++) {
-        if (timed[i].value > timed[i].cap_ms * 1000) {
-            snprintf(buf, cap, "%s: %llu is above the cap %s (%llu ms)", header_names[timed[i].which],
-                     (unsigned long long)timed[i].value, timed[i].cap_key, (unsigned long long)timed[i].cap_ms);
+    for (int k = 0; k != ECHOD_WORK__COUNT; k++) {
+        if (keys[k].kind != K_US || keys[k].cap == CAP_NONE)
+            continue;
+        uint32_t us;
+        memcpy(&us, (const char *)r + keys[k].offset, sizeof(us));
+        uint64_t cap_ms = keys[k].cap == CAP_CPU ? cfg->work.max_cpu_ms : cfg->work.max_sleep_ms;
+        if (us > cap_ms * 1000) {
+            snprintf(buf, cap, "%s: %u is above the cap %s (%llu ms)", keys[k].name, us,
+                     keys[k].cap == CAP_CPU ? "work.max_cpu" : "work.max_sleep", (unsigned long long)cap_ms);
             return 1;
         }
     }
-    if (w->response_bytes > (int64_t)cfg->work.max_response_bytes) {
+    if (r->work.response_bytes > (int64_t)cfg->work.max_response_bytes) {
         snprintf(buf, cap, "echod-response-bytes: %lld is above the cap work.max_response_bytes (%u)",
-                 (long long)w->response_bytes, cfg->work.max_response_bytes);
+                 (long long)r->work.response_bytes, cfg->work.max_response_bytes);
         return 1;
     }
     return 0;
@@ -208,56 +171,21 @@ static int check_caps(const echod_config_t *cfg, const echod_work_t *w, const ec
 void echod_work_resolve(const echod_config_t *cfg, const char *path, const echod_work_over_t *over, uint64_t seq,
                         int priced, echod_work_spec_t *out, char **error)
 {
-    echod_work_t *w = &out->work;
-    echod_work_model_t m = cfg->work.model;
-    *w = *echod_config_method_work(cfg, path);
+    /* the config's values in the overrides' layout, then each key the request set over them */
+    echod_work_over_t r = {.work = *echod_config_method_work(cfg, path), .model = cfg->work.model};
     int overrides = over->set != 0 && cfg->work.allow_metadata_overrides;
-    if (overrides) {
-        const echod_work_t *o = &over->work;
-        /* by key, not by field: one header changes one field */
-        if (has(over, ECHOD_WORK_RESPONSE_BYTES))
-            w->response_bytes = o->response_bytes;
-        if (has(over, ECHOD_WORK_CPU_US))
-            w->cpu_us = o->cpu_us;
-        if (has(over, ECHOD_WORK_SLEEP_US))
-            w->sleep_us = o->sleep_us;
-        if (has(over, ECHOD_WORK_STATUS))
-            w->status = o->status;
-        if (has(over, ECHOD_WORK_ERROR_RATE))
-            w->error_rate = o->error_rate;
-        if (has(over, ECHOD_WORK_ECHO_METADATA))
-            w->echo_metadata = o->echo_metadata;
-        if (has(over, ECHOD_WORK_CPU_DIST))
-            w->cpu_dist.kind = o->cpu_dist.kind;
-        if (has(over, ECHOD_WORK_CPU_STALL_FRACTION))
-            w->cpu_dist.stall_fraction = o->cpu_dist.stall_fraction;
-        if (has(over, ECHOD_WORK_CPU_STALL_US))
-            w->cpu_dist.stall_us = o->cpu_dist.stall_us;
-        if (has(over, ECHOD_WORK_SLEEP_DIST))
-            w->sleep_dist.kind = o->sleep_dist.kind;
-        if (has(over, ECHOD_WORK_SLEEP_STALL_FRACTION))
-            w->sleep_dist.stall_fraction = o->sleep_dist.stall_fraction;
-        if (has(over, ECHOD_WORK_SLEEP_STALL_US))
-            w->sleep_dist.stall_us = o->sleep_dist.stall_us;
-        if (has(over, ECHOD_WORK_MODEL))
-            m.enabled = over->model.enabled;
-        if (has(over, ECHOD_WORK_MODEL_CALL))
-            m.call_cpu_us = over->model.call_cpu_us;
-        if (has(over, ECHOD_WORK_MODEL_STEP))
-            m.step_cpu_us = over->model.step_cpu_us;
-        if (has(over, ECHOD_WORK_MODEL_HANDOFF))
-            m.handoff_cpu_us = over->model.handoff_cpu_us;
-        if (has(over, ECHOD_WORK_MODEL_MESSAGE))
-            m.message_cpu_us = over->model.message_cpu_us;
-    }
-    int seeded = overrides && has(over, ECHOD_WORK_SEED);
-    echod_draws_init(&out->draws, cfg->work.seed, seeded ? over->seed : seq, seeded);
+    for (int k = 0; overrides && k != ECHOD_WORK__COUNT; k++)
+        if (over->set & (1u << k))
+            memcpy((char *)&r + keys[k].offset, (const char *)over + keys[k].offset, keys[k].size);
     char buf[160];
-    if (overrides && check_caps(cfg, w, &m, buf, sizeof(buf))) {
+    if (overrides && check_caps(cfg, &r, buf, sizeof(buf))) {
         if (*error == NULL)
             *error = strdup(buf);
-        m = cfg->work.model; /* the call fails in start_call, priced as the server prices calls */
+        r.model = cfg->work.model; /* the call fails in start_call, priced as the server prices calls */
     }
-    m.enabled = m.enabled && priced;
-    echod_model_init(&out->model, &m);
+    int seeded = overrides && (over->set & (1u << ECHOD_WORK_SEED)) != 0;
+    out->work = r.work;
+    echod_draws_init(&out->draws, cfg->work.seed, seeded ? over->seed : seq, seeded);
+    r.model.enabled = r.model.enabled && priced;
+    echod_model_init(&out->model, &r.model);
 }
