@@ -1003,6 +1003,13 @@ static void render_build_info(mbuf_t *b)
         mbuf_label(b, 0, "coalesce_end_stream", cfg->dispatch.coalesce_end_stream ? "true" : "false");
         mbuf_label(b, 0, "flush", echod_flush_name(cfg->transport.flush));
         mbuf_label(b, 0, "sched_policy", echod_sched_policy_name(cfg->dispatch.sched_policy));
+        /* flat cost or cost model: the unit costs a scrape was priced with (per call they may differ) */
+        const echod_work_model_t *m = &cfg->work.model;
+        char model[96] = "off";
+        if (m->enabled)
+            snprintf(model, sizeof(model), "call=%u,step=%u,handoff=%u,message=%u", m->call_cpu_us, m->step_cpu_us,
+                     m->handoff_cpu_us, m->message_cpu_us);
+        mbuf_label(b, 0, "work_model", model);
         mbuf_label(b, 0, "config_sha256", cfg->sha256);
     }
     mbuf_puts(b, "} 1\n");
