@@ -526,6 +526,56 @@ class Kustomize(unittest.TestCase):
                     self.assertEqual(env["ARM"], arm)
                     self.assert_target(env["TARGET"], arm)
 
+    def test_make_run_parallel(self):
+        """--parallelism 2: an Indexed Job of two pods (each its segment, from its index) and a
+        TestRun of two runners; both with remote write to Prometheus and the run's tags given on
+        k6's command line (a --tag replaces the script's own, and the operator adds two)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            for variant, kind in (([], "Job"), (["--testrun"], "TestRun")):
+                with self.subTest(kind=kind):
+                    d = os.path.join(tmp, kind)
+                    p = subprocess.run([os.path.join(K8S, "k6", "make-run"), "--dir", d,
+                                        "--parallelism", "2", "--prometheus",
+                                        "http://prometheus.monitoring:9090/"] + variant +
+                                       ["direct", "unary-ramp.js", "STEP_DURATION=1m"],
+                                       capture_output=True, text=True, cwd=tmp)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    obj = one(kustomize(d), kind)
+                    if kind == "Job":
+                        spec = obj["spec"]
+                        self.assertEqual((spec["completionMode"], spec["completions"],
+                                          spec["parallelism"]), ("Indexed", 2, 2))
+                        c = spec["template"]["spec"]["containers"][0]
+                        env = {e["name"]: e.get("value") for e in c["env"]}
+                        self.assertEqual(env["RUNNERS"], "2")
+                        self.assertEqual(env["HOLD_SECONDS"], "0", "no pod held for kubectl cp")
+                        script = c["args"][0]
+                        for want in ("JOB_COMPLETION_INDEX", "--execution-segment ",
+                                     "--execution-segment-sequence", "instance_id=",
+                                     "experimental-prometheus-rw", '--tag "arm=${ARM}"'):
+                            self.assertIn(want, script)
+                        sh = subprocess.run(["sh", "-n", "-c", script], capture_output=True,
+                                            text=True)
+                        self.assertEqual(sh.returncode, 0, sh.stderr)
+                    else:
+                        spec = obj["spec"]
+                        self.assertEqual(spec["parallelism"], 2)
+                        self.assertEqual(spec["arguments"].split(), [
+                            "--tag", "arm=direct", "--tag", "script=unary-ramp", "--tag",
+                            "testid=direct-unary-ramp", "--out", "experimental-prometheus-rw"])
+                        env = {e["name"]: e.get("value") for e in spec["runner"]["env"]}
+                    self.assertEqual(env["K6_PROMETHEUS_RW_SERVER_URL"],
+                                     "http://prometheus.monitoring:9090/api/v1/write")
+                    self.assertEqual(env["K6_PROMETHEUS_RW_TREND_AS_NATIVE_HISTOGRAM"], "true")
+                    self.assertEqual(env["STEP_DURATION"], "1m")
+            for bad in (["--parallelism", "0"], ["--parallelism", "two"],
+                        ["--prometheus", "prometheus:9090"]):
+                p = subprocess.run([os.path.join(K8S, "k6", "make-run"), "--dir",
+                                    os.path.join(tmp, "bad")] + bad + ["direct", "unary-ramp.js"],
+                                   capture_output=True, text=True, cwd=tmp)
+                self.assertEqual(p.returncode, 2, bad)
+                self.assertIn("make-run: --", p.stderr)
+
     def check_scripts(self, cm):
         for f in sorted(os.listdir(K6_DIR)):
             if f.endswith(".js"):
