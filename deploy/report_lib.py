@@ -635,7 +635,14 @@ def cpu_per_call(paths):
         first = parse_prom(f.read())
     with open_text(paths[-1]) as f:
         last = parse_prom(f.read())
+    try:
+        return cpu_per_call_samples(first, last)
+    except InputError as e:
+        raise InputError("%s (%s, %s)" % (e, paths[0], paths[-1]))
 
+
+def cpu_per_call_samples(first, last):
+    """µs of server CPU per call served between two parsed scrapes (echodlib.prom.samples)."""
     def cpu(samples):
         v = [x for n, _, x in samples if n == "process_cpu_seconds_total"]
         if not v:
@@ -644,7 +651,7 @@ def cpu_per_call(paths):
     dcpu = cpu(last) - cpu(first)
     dcalls = calls_served(last) - calls_served(first)
     if dcalls <= 0:
-        raise InputError("no calls served between %s and %s" % (paths[0], paths[-1]))
+        raise InputError("no calls served between the two scrapes")
     return dcpu / dcalls * 1e6
 
 
