@@ -7,10 +7,11 @@ Inputs, recognised by content:
 * k6 CSV (`k6 run --out csv=FILE`, also .csv.gz; any timeFormat): the rows of the latency
   metric (grpc_req_duration with status 0, http_req_duration with status 200, or
   bidi_msg_latency_ms; chosen from the `script` tag) and the echo_* counters, cut by the
-  `stage` and `offered` tags that deploy/k6 puts on every sample. A step's duration is the
-  time from its first sample to the next step's first sample (the last step: its own span
-  plus one timestamp tick), unless --stage-duration says otherwise or a summary JSON of the
-  same arm and script gives the schedule.
+  `stage` and `offered` tags that deploy/k6 puts on every sample. A step lasts what the
+  schedule says (the `step_s` tag); for files without it, from its first sample to the next
+  step's first (the last step as long as the others when they are alike), unless
+  --stage-duration says otherwise or a summary JSON of the same arm and script gives the
+  schedule. One file is one k6 process (runner); several of one arm merge (CsvReader).
 * k6 JSON output (`k6 run --out json=FILE`, also .gz): the same samples as the CSV, read the
   same way (k6 writes both from one stream; give one of them per run, not both).
 * handleSummary JSON of deploy/k6 ({"echod_k6": 1, "schedule": [...], "summary": {...}}),
@@ -21,6 +22,8 @@ Inputs, recognised by content:
 * bench/arms --json: per arm one fixed-rate step (args.rate offered, summary.fixed_rps
   achieved, p50/p99 from µs), the closed-loop saturation rate as the plateau, and
   summary.cpu_sat as CPU per call.
+* Prometheus (read_prometheus; deploy/report --prometheus): the series k6's
+  experimental-prometheus-rw output wrote, by the same tags, and the arm's echod scrapes.
 * /metrics scrapes (--metrics ARM=FIRST.prom,LAST.prom): CPU per call = the increase of
   process_cpu_seconds_total over the increase of calls served (grpc_server_handled_total
   with grpc_code OK, plus bidi messages received, plus echod_rest_requests_total code 200).
