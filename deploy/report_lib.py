@@ -830,28 +830,44 @@ def read_prometheus(url, start, end, match=""):
 
 def _read_prometheus(prom, start, end, match):
     runners = {}   # (arm, runner id) -> Runner
-    last_t = {}    # (arm, stage) -> time of its last sample
-    for name, field in K6_COUNTERS.items():
+    found = []
+    for name in K6_COUNTERS:
         for labels, pts in prom.samples(selector("k6_%s_total" % name, match), start, end):
-            if not pts or not labels.get("stage") or labels.get("probe"):
-                continue
-            arm = labels.get("arm") or "unknown"
-            rid = labels.get("segment") or labels.get("instance_id") or "0:1"
-            r = runners.get((arm, rid))
-            if r is None:
-                r = runners[(arm, rid)] = Runner(arm, "prometheus runner %s" % rid)
-            r.take_tags(labels)
-            stage = labels["stage"]
-            if "offered" in labels:
-                r.offered[stage] = float(labels["offered"])
-            if labels.get("step_s"):
-                r.step_s[stage] = float(labels["step_s"])
-            if field == "answered":
-                r.answered = True
-            c = r.counters.setdefault(stage, {})
-            c[name] = c.get(name, 0.0) + pts[-1][1]
-            r.first[stage] = min(r.first.get(stage, pts[0][0]), pts[0][0])
-            last_t[(arm, stage)] = max(last_t.get((arm, stage), 0.0), pts[-1][0])
+            if pts and labels.get("stage") and not labels.get("probe"):
+                found.append((name, labels, pts))
+    # a stage name that comes with several offered rates in the range (bench/study's one-step
+    # runs are all `fixed`) is one step per rate
+    rates = {}
+    for _, labels, _ in found:
+        rates.setdefault((labels.get("arm"), labels["stage"]), set()).add(labels.get("offered"))
+    steps = {}     # (arm, step name) -> the labels that pick its series out
+    for name, labels, pts in found:
+        field = K6_COUNTERS[name]
+        arm = labels.get("arm") or "unknown"
+        rid = labels.get("segment") or labels.get("instance_id") or "0:1"
+        r = runners.get((arm, rid))
+        if r is None:
+            r = runners[(arm, rid)] = Runner(arm, "prometheus runner %s" % rid)
+        r.take_tags(labels)
+        stage = labels["stage"]
+        if len(rates[(labels.get("arm"), stage)]) > 1:
+            stage = "%s@%s" % (stage, labels.get("offered"))
+        pick = steps.setdefault((arm, stage), {"labels": {}, "runners": {}})
+        for k in ("arm", "script", "stage", "offered", "step_s"):
+            if k in labels:
+                pick["labels"][k] = labels[k]
+        for k in ("segment", "instance_id", "testid"):
+            if k in labels:
+                pick["runners"].setdefault(k, set()).add(labels[k])
+        if "offered" in labels:
+            r.offered[stage] = float(labels["offered"])
+        if labels.get("step_s"):
+            r.step_s[stage] = float(labels["step_s"])
+        if field == "answered":
+            r.answered = True
+        c = r.counters.setdefault(stage, {})
+        c[name] = c.get(name, 0.0) + pts[-1][1]
+        r.first[stage] = min(r.first.get(stage, pts[0][0]), pts[0][0])
     if not runners:
         raise InputError("no k6 series of deploy/k6 (k6_echo_sent_total with a stage label%s) "
                          "between %s and %s" % (" and " + match if match else "",
@@ -879,13 +895,15 @@ def _read_prometheus(prom, start, end, match):
         metric = LATENCY_BY_SCRIPT.get(res.script, "grpc_req_duration")
         res.latency_metric = metric
         for s in res.steps:
-            at = last_t[(arm, s.stage)]
-            p = _quantiles(prom, metric, arm, s.stage, match, at, len(rs))
+            pick = steps[(arm, s.stage)]
+            sel = ['%s="%s"' % kv for kv in sorted(pick["labels"].items())] + [
+                '%s=~"%s"' % (k, "|".join(sorted(v))) for k, v in sorted(pick["runners"].items())]
+            p = _quantiles(prom, metric, sel, match, start, end, len(rs))
             s.p50_ms, s.p99_ms, s.latency_count, how = p
             if how and how not in res.notes:
                 res.notes.append(how)
-            s.server_p50_us, s.server_p99_us, _, _ = _quantiles(prom, SERVER_TREND, arm, s.stage,
-                                                                match, at, len(rs))
+            s.server_p50_us, s.server_p99_us, _, _ = _quantiles(prom, SERVER_TREND, sel, match,
+                                                                start, end, len(rs))
         cpu = _cpu_per_call(prom, arm, start, end)
         if cpu is not None:
             res.cpu_us_per_call, res.cpu_source = cpu, "Prometheus"
@@ -893,21 +911,32 @@ def _read_prometheus(prom, start, end, match):
     return out
 
 
-def _quantiles(prom, metric, arm, stage, match, at, runners):
-    """(p50, p99, count, note) of one step of one trend, at the time of the step's last sample
-    (k6 writes a series only while it has new samples: an instant query there sees every
-    runner's final histogram of the step)."""
+def _quantiles(prom, metric, step_sel, match, start, end, runners):
+    """(p50, p99, count, note) of one step of one trend, at the time of the last sample of its
+    series (k6 writes a series only while it has new samples, so an instant query then sees
+    every runner's final histogram of the step; sum() of last_over_time() of native
+    histograms gives 0 in Prometheus 2.42)."""
     name, scale, extra = K6_TRENDS[metric]
-    sel = selector(name, match, 'arm="%s"' % arm, 'stage="%s"' % stage, 'probe=""', extra)
+    sel = selector(name, match, 'probe=""', extra, *step_sel)
+    base = name[:-len("_seconds")] if name.endswith("_seconds") else name
+    times = [pts[-1][0] for n in (name, base + "_p99")
+             for _, pts in prom.samples(n + sel[len(name):], start, end) if pts]
+    if not times:
+        return None, None, 0, None
+    at = max(times)
+    count = prom.vector("histogram_count(sum(%s))" % sel, at)
+    n = int(count[0][1]) if count else 0
     q = {}
     for p in (0.5, 0.99):
-        v = prom.vector("histogram_quantile(%g, sum(%s))" % (p, sel), at)
+        # Prometheus ranks q*n, k6 and the CSV path q*(n-1) between closest ranks (stats.py):
+        # asked for (q*(n-1)+1)/n, the histogram answers in the bucket of the sample k6 rounds
+        # up to, so a thin tail (a p99 of a few hundred calls) is not read a sample higher
+        v = prom.vector("histogram_quantile(%.12g, sum(%s))" % (
+            min(1.0, (p * (n - 1) + 1) / n) if n else p, sel), at)
         q[p] = v[0][1] * scale if v and v[0][1] == v[0][1] else None
-    count = prom.vector("histogram_count(sum(%s))" % sel, at)
     if q[0.99] is not None:
-        return q[0.5], q[0.99], int(count[0][1]) if count else 0, None
+        return q[0.5], q[0.99], n, None
     # no native histograms: k6's own p(99) (and med) gauges, one per runner's series
-    base = name[:-len("_seconds")] if name.endswith("_seconds") else name
     gauges = {p: [x for _, x in prom.vector(base + "_" + stat + sel[len(name):], at)]
               for p, stat in ((0.5, "med"), (0.99, "p99"))}
     if not gauges[0.99]:

@@ -90,11 +90,13 @@ class Client:
 
     def samples(self, selector, start, end):
         """Every raw sample of the series a selector picks in (start, end]:
-        [(labels, [(t, float)])]; native histogram samples are left out."""
+        [(labels, [(t, float)])]; a native histogram's samples come as (t, None)."""
         rng = max(1, int(round(end - start)))
         out = []
         for r in self.query("%s[%ds]" % (selector, rng), end):
-            out.append((r["metric"], [(float(t), float(v)) for t, v in r.get("values", [])]))
+            pts = [(float(t), float(v)) for t, v in r.get("values", [])]
+            pts += [(float(t), None) for t, _ in r.get("histograms", [])]
+            out.append((r["metric"], sorted(pts, key=lambda p: p[0])))
         return out
 
     def ready(self):
