@@ -23,6 +23,7 @@
 #include "dispatch/step.h"
 #include "grpc/codec.h"
 #include "transport/events.h"
+#include "work/charges.h"
 
 typedef enum {
     ECHOD_GRPC_UNARY = 0,
@@ -129,6 +130,10 @@ typedef struct {
     echod_loop_metrics_t loops[ECHOD_METRICS_MAX_LOOPS];
     _Atomic size_t nloops;
     echod_histogram_t loop_lag; /* microseconds a 100 ms loop timer fired late, all loops */
+    /* the cost model (work/model.h): nanoseconds charged and charges, by kind and thread */
+    _Atomic uint64_t work_model_cpu_ns[ECHOD_CHARGE__COUNT][ECHOD_CHARGE_THREAD__COUNT];
+    _Atomic uint64_t work_model_charges[ECHOD_CHARGE__COUNT][ECHOD_CHARGE_THREAD__COUNT];
+    echod_histogram_t work_drawn[ECHOD_DRAWN__COUNT]; /* microseconds of synthetic cpu, sleep per draw */
     echod_rest_metrics_t rest;
 } echod_metrics_t;
 

@@ -14,6 +14,7 @@ module per need:
   h2load   running h2load and reading its output
   k6       finding the k6 binary and its version
   daemon   starting and stopping echod on free ports
+  peers    building and running the grpc-java peer of ../shared/peers (bench/model)
 
 Import it by putting <root>/tools on sys.path:
 
