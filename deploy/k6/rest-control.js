@@ -6,8 +6,9 @@
 //       deploy/k6/rest-control.js
 //
 // Env: TARGET (host:port of the REST listener, default localhost:8081), ARM, START (200), END
-// (2400), STEP (200) or RATES, STEP_DURATION (2m), VUS / MAX_VUS (50 / 1000), CALL_TIMEOUT (10s), PAYLOAD,
-// WORK_* (sent as headers; the REST arm may ignore them), SUMMARY_FILE, SUMMARY_STDOUT.
+// (2400), STEP (200) or RATES, STEP_DURATION (2m), VUS / MAX_VUS (50 / 1000), CALL_TIMEOUT
+// (10s), PAYLOAD, WORK_* (sent as headers; the REST arm may ignore them), SUMMARY_FILE,
+// SUMMARY_STDOUT.
 //
 // Needs k6 v0.53.0 or later (object spread; k6/timers from v0.50). An older k6 rejects the
 // script before any line of it runs, so it cannot say so itself: deploy/README.md, "k6 versions".
