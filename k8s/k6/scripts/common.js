@@ -66,14 +66,17 @@ export function workMetadata(stageName) {
 // ---------------------------------------------------------------------------------------------
 // the stepped schedule
 
-// [{ name: 's01', offered: 200, start_s: 0, duration_s: 120 }, ...] from START to END by STEP.
+// [{ name: 's01', offered: 200, start_s: 0, duration_s: 120 }, ...]: one step per rate.
+export function scheduleOf(rates, stepSeconds) {
+  return rates.map((r, i) => ({ name: `s${String(i + 1).padStart(2, '0')}`, offered: r, start_s: i * stepSeconds, duration_s: stepSeconds }));
+}
+
+// The steps from START to END by STEP.
 export function stepSchedule(start, end, step, stepSeconds) {
   if (step <= 0 || start <= 0 || end < start) throw new Error(`bad ramp START=${start} END=${end} STEP=${step}`);
-  const out = [];
-  for (let r = start, i = 1; r <= end; r += step, i++) {
-    out.push({ name: `s${String(i).padStart(2, '0')}`, offered: r, start_s: (i - 1) * stepSeconds, duration_s: stepSeconds });
-  }
-  return out;
+  const rates = [];
+  for (let r = start; r <= end; r += step) rates.push(r);
+  return scheduleOf(rates, stepSeconds);
 }
 
 // ramping-arrival-rate stages holding each step for its duration, with instant jumps between.
@@ -95,7 +98,7 @@ export function scheduleFromEnv(start, end, step, stepDuration) {
   if (rates === '') return stepSchedule(envInt('START', start), envInt('END', end), envInt('STEP', step), seconds);
   const list = rates.split(',').map((r) => Number(r.trim()));
   if (!list.length || list.some((r) => !Number.isInteger(r) || r <= 0)) throw new Error(`RATES must be positive integers, got ${JSON.stringify(rates)}`);
-  return list.map((r, i) => ({ name: `s${String(i + 1).padStart(2, '0')}`, offered: r, start_s: i * seconds, duration_s: seconds }));
+  return scheduleOf(list, seconds);
 }
 
 // Intervals of SLICE_SECONDS inside every step (0: none), so a report can show a tail growing
