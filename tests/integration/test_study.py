@@ -85,7 +85,7 @@ class QuickStudy(unittest.TestCase):
             r = self.data["results"][arm]
             self.assertEqual([s["driver"].split(" ")[0] for s in r["fixed"]], ["k6", "h2load"])
             self.assertEqual(len(r["ramp"]), 2)
-            self.assertEqual([run["streams"] for run in r["streams"]], [20, 40])
+            self.assertEqual([run["streams"] for run in r["streams"]], [20])  # --quick: one count
             for s in r["fixed"] + r["ramp"]:
                 self.assertGreater(s["ok"], 0, (arm, s))
                 self.assertEqual(s["failed"], 0, (arm, s))
