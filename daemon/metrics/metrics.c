@@ -797,6 +797,16 @@ static char stage_name[ECHOD_STAGE_NAME_MAX + 1] = "";
 static double stage_started;
 static uint64_t stage_marks;
 
+/* Set by the admin module as /readyz changes (rarely), read by scrapes. */
+static _Atomic int readiness_ready;
+static _Atomic int readiness_draining;
+
+void echod_metrics_set_readiness(int ready, int draining)
+{
+    atomic_store_explicit(&readiness_ready, ready, memory_order_relaxed);
+    atomic_store_explicit(&readiness_draining, draining, memory_order_relaxed);
+}
+
 echod_loop_metrics_t *echod_metrics_add_loop(unsigned index)
 {
     if (index >= ECHOD_METRICS_MAX_LOOPS) {
@@ -896,6 +906,11 @@ static void render_cgroup(mbuf_t *b)
 
 static void render_saturation(mbuf_t *b)
 {
+    family(b, "echod_ready", "gauge", "1 while /readyz answers 200: every thread runs, no SIGTERM yet.");
+    mbuf_printf(b, "echod_ready %d\n", atomic_load_explicit(&readiness_ready, memory_order_relaxed));
+    family(b, "echod_draining", "gauge",
+           "1 from SIGTERM on: /readyz 503, health NOT_SERVING, then GOAWAY and the drain.");
+    mbuf_printf(b, "echod_draining %d\n", atomic_load_explicit(&readiness_draining, memory_order_relaxed));
     size_t n = atomic_load(&echod_metrics.nloops);
     char num[64];
     family(b, "echod_loop_busy_ratio", "gauge", "I/O loop thread CPU time over wall time, last 100 ms sample.");

@@ -191,6 +191,10 @@ void echod_metrics_mark_stage(const char *name);
  * lock off the path until the name changes. The thread that owns `seen`. */
 void echod_metrics_stage_header(char *seen, size_t cap, const char *name, size_t len);
 
+/* What /readyz answers, as echod_ready and echod_draining: ready 1 once every thread runs,
+ * draining 1 (and ready 0) from SIGTERM on. The admin module sets it; any thread. */
+void echod_metrics_set_readiness(int ready, int draining);
+
 /*
  * Fits echod_exec_set_observer's on_start: ctx is the executor's echod_exec_metrics_t; the wait
  * arrives in nanoseconds and is observed into queue_wait in microseconds. Any thread.

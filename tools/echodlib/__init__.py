@@ -1,12 +1,14 @@
 """echodlib: the one Python library of echod's tooling.
 
 Shared by the integration tests (tests/integration/echod_harness.py re-exports it), bench/*,
-bench/study and deploy/report. Standard library only (Debian's /usr/bin/python3), one module
-per need:
+bench/study and deploy/report. Standard library and Debian's packages (/usr/bin/python3), one
+module per need:
 
   paths    the repository root and the echod binary
   ports    free loopback ports
-  prom     /metrics: scrape, parse (Prometheus text 0.0.4), deltas
+  prom     /metrics: scrape, parse (Prometheus text 0.0.4, python3-prometheus-client), deltas,
+           check_exposition
+  promserver a local Prometheus (Debian's) and PromQL over its HTTP API
   stats    percentiles
   procstat CPU time and RSS of a process from /proc
   h2load   running h2load and reading its output

@@ -140,8 +140,23 @@ export function currentStage(schedule) {
   return stageAt(schedule, exec.scenario.startTime);
 }
 
+// This runner's execution segment ('0:1' when the test is not split), from k6's own options
+// (the k6-operator and k8s/k6/make-run pass --execution-segment): runners of one test differ by
+// it, so their samples can be merged and their Prometheus series do not collide. VU code only.
+let segmentTags;
+export function runnerTags() {
+  if (segmentTags === undefined) {
+    const o = exec.test.options;
+    segmentTags = { segment: o.executionSegment ? String(o.executionSegment) : '0:1' };
+    if (o.executionSegmentSequence) segmentTags.segments = String(o.executionSegmentSequence);
+  }
+  return segmentTags;
+}
+
+// step_s: the step's length in the schedule, so that a step's rates never depend on the
+// samples' clock (k6's CSV has whole-second timestamps by default).
 export function stageTags(stage) {
-  return { stage: stage.name, offered: String(stage.offered) };
+  return { stage: stage.name, offered: String(stage.offered), step_s: String(stage.duration_s), ...runnerTags() };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -268,7 +283,7 @@ function textSummary(script, data, schedule, latencyMetric) {
 // stdout line starting with "K6_SUMMARY_JSON " (how the Kubernetes Job hands it over).
 export function summaryHandler(script, schedule, latencyMetric) {
   return function handleSummary(data) {
-    const doc = { echod_k6: 1, script, arm: ARM, target: TARGET, latency_metric: latencyMetric, schedule, summary: data };
+    const doc = { echod_k6: 1, script, arm: ARM, target: TARGET, latency_metric: latencyMetric, schedule, ...runnerTags(), summary: data };
     let text = textSummary(script, data, schedule, latencyMetric);
     if (env('SUMMARY_STDOUT', '0') === '1') text += `K6_SUMMARY_JSON ${JSON.stringify(doc)}\n`;
     const out = { stdout: text };
