@@ -10,7 +10,7 @@
 // All VUS are pre-allocated, and with PRECONNECT=1 (the default) a first scenario, `connect`,
 // opens every VU's connection (k6's gRPC client is one connection per VU) before the ramp
 // starts, so no handshake lands inside a measured step; a VU that still connects during the
-// ramp is counted in late_connects. MAX_VUS above VUS (the default 1000) lets k6 initialise
+// ramp is counted in late_connects. MAX_VUS above VUS (default: 1000 or VUS) lets k6 initialise
 // more VUs in the middle of a step, which costs the step its schedule: bench/study sets
 // MAX_VUS = VUS. echo_answered counts each answer in the step it arrived in: a step's goodput
 // (echo_ok counts it in the step it was sent in).
@@ -19,7 +19,7 @@
 //       deploy/k6/unary-ramp.js
 //
 // Env: TARGET, ARM, START (200), END (2400), STEP (200) or RATES (e.g. 200,400,800,900),
-// STEP_DURATION (2m), VUS / MAX_VUS (50 / 1000), PRECONNECT (1), CONNECT_SECONDS (time given to
+// STEP_DURATION (2m), VUS / MAX_VUS (50 / 1000, at least VUS), PRECONNECT (1), CONNECT_SECONDS (time given to
 // the connect scenario: 1 s per 1,000 VUS, at least 5), SLICE_SECONDS (0: the latency of the
 // calls sent in each interval of this length inside a step, `grpc_req_duration{stage:s08,slice:03}`
 // in the summary), GRACEFUL_STOP (how long calls still in flight at the end may take: CALL_TIMEOUT
@@ -48,7 +48,7 @@ const scenarios = {
     timeUnit: '1s',
     stages: c.rampingStages(SCHEDULE),
     preAllocatedVUs: VUS,
-    maxVUs: c.envInt('MAX_VUS', 1000),
+    maxVUs: c.envInt('MAX_VUS', Math.max(1000, VUS)),
     gracefulStop: GRACEFUL_STOP,
     startTime: `${START_S}s`,
     exec: 'unary',
