@@ -12,9 +12,11 @@ module per need:
   stats    percentiles
   procstat CPU time and RSS of a process from /proc
   h2load   running h2load and reading its output
-  k6       finding the k6 binary and its version
+  k6       finding the k6 binary, its version, its busy VUs
   daemon   starting and stopping echod on free ports
   peers    building and running the grpc-java peer of ../shared/peers (bench/model)
+  sampler  a background time series (CPU, RSS, scrapes) to cut a run by step
+  findings the capacity study's findings: published figures, verdict rules, tables
 
 Import it by putting <root>/tools on sys.path:
 
