@@ -145,7 +145,8 @@ class Live(unittest.TestCase):
             for r in runs.values():
                 r.wait(120 * SLOW)
             cls.runs = runs
-            # k6 pushes at exit; two more scrapes and rule evaluations after the last call
+            # k6 pushes at exit (its remote write flushes once more when it stops); two more
+            # scrapes and rule evaluations after the last call
             time.sleep(3)
             cls.t1 = time.time()
             for arm, d in cls.daemons.items():
@@ -205,6 +206,13 @@ class Live(unittest.TestCase):
                         self.assertTrue(around_rank(ps[st][k], vals, q), "%s: Prometheus %s, "
                                         "CSV %s, samples around it %s" % (
                                             k, ps[st][k], cs[st][k], sorted(vals)[-6:]))
+            # k6's own dropped_iterations (no free VU; they carry no stage): the same events in
+            # both outputs, k6 flushing its remote write once more as it stops. The steps'
+            # drops above are the schedule's iterations less the calls (report_lib.
+            # schedule_drops), so they agree whatever clock placed k6's samples
+            drops = sum(v for r in raw.runners if r.arm == arm for _, v in r.dropped_at)
+            self.assertEqual(p["k6_dropped_iterations"], drops, arm)
+            self.assertEqual(c["k6_dropped_iterations"], drops, arm)
             # CPU per call: the first and last scrapes in the range against two scrapes around
             # the run (the same calls; the CPU between the scrapes differs a little)
             cpu = report_lib.cpu_per_call_samples(self.before[arm], self.after[arm])
