@@ -51,6 +51,9 @@ LATENCY_BY_SCRIPT = {
 }
 LATENCY_METRICS = ("grpc_req_duration", "http_req_duration", "bidi_msg_latency_ms")
 COUNTERS = ("echo_sent", "echo_ok", "echo_failed", "echo_dropped", "echo_answered")
+# scripts whose every iteration of an arrival-rate schedule is one call, counted by deploy/k6 in
+# the step it was due in: a step's k6 drops are its scheduled iterations less its calls sent
+ITERATION_SCRIPTS = ("unary-ramp", "unary-fixed-rate", "rest-control")
 SERVER_TREND = "server_total_us"
 
 
@@ -112,6 +115,7 @@ class ArmResult:
         self.peak = None
         self.share = 1  # of the test's offered schedule these runs ran (execution segments)
         self.segments = "0:1"
+        self.k6_dropped = None  # k6's own dropped_iterations, summed over the runners
         self.notes = []
 
     def analyse(self, p99_threshold_ms, goodput_ratio):
@@ -152,7 +156,8 @@ class ArmResult:
             "knee_reason": self.knee_reason, "plateau_goodput": self.plateau,
             "peak_goodput": self.peak, "cpu_us_per_call": self.cpu_us_per_call,
             "cpu_source": self.cpu_source, "share": float(self.share),
-            "segments": self.segments, "notes": self.notes,
+            "segments": self.segments, "k6_dropped_iterations": self.k6_dropped,
+            "notes": self.notes,
             "steps": [s.as_dict() for s in self.steps],
         }
 
@@ -490,7 +495,11 @@ def merge_runners(arm, runners):
             s.duration_s = (last[s.stage] - first[s.stage]) + tick
         if s.duration_s <= 0:
             s.duration_s = tick
-    # k6's dropped_iterations (no free VU): into the step whose time they fall in
+    res.k6_dropped = sum(v for r in runners for _, v in r.dropped_at)
+    if schedule_drops(res, step_s):
+        return res
+    # runs without the schedule (no step_s tag) or of another script: k6's dropped_iterations
+    # into the step whose time they fall in, to the samples' clock
     starts = [(first[s.stage], s) for s in ordered]
     for r in runners:
         for ts, v in r.dropped_at:
@@ -501,6 +510,30 @@ def merge_runners(arm, runners):
             if owner is not None:
                 owner.dropped += v
     return res
+
+
+def schedule_drops(res, step_s):
+    """A step's k6 drops from the schedule: the iterations it offered this share of the test
+    less the calls sent in it, for the scripts that count a call in the step it was due in
+    (ITERATION_SCRIPTS) when every step's length is the schedule's (step_s: stage -> s). k6's
+    dropped_iterations carry no stage, and placed by time they land where the clock of their
+    file or of a remote-write flush puts them, to a second either way: a CSV and Prometheus
+    would place one run's drops apart. k6's own total is kept (res.k6_dropped) and the arm
+    says so when the two differ. True when it placed them."""
+    if res.script not in ITERATION_SCRIPTS or not res.steps or \
+            any(s.stage not in step_s for s in res.steps):
+        return False
+    for s in res.steps:
+        s.dropped = max(0.0, float(round(s.offered * s.duration_s)) - s.sent)
+    placed = sum(s.dropped for s in res.steps)
+    if res.k6_dropped:
+        res.notes.append("k6 dropped %d iterations (no free VU); the calls after a drop count "
+                         "in the step they were due in to within the drops before them "
+                         "(deploy/k6/common.js, dueStage)" % res.k6_dropped)
+    if res.k6_dropped is not None and placed != res.k6_dropped:
+        res.notes.append("the steps' scheduled iterations less their calls come to %d dropped, "
+                         "k6 counted %d" % (placed, res.k6_dropped))
+    return True
 
 
 def read_csv(path, arm_override=None):
@@ -560,6 +593,7 @@ def read_summary_doc(doc, source, arm_override=None):
             step.server_p99_us = val(SERVER_TREND, s["name"], "p(99)")
         res.steps.append(step)
     res.segment, res.sequence = doc.get("segment"), doc.get("segments")
+    res.k6_dropped = (metrics.get("dropped_iterations") or {}).get("values", {}).get("count", 0.0)
     return res
 
 
@@ -772,6 +806,8 @@ def add_summaries(arm, results):
     old.share, old.segments = share, span
     for s in old.steps:
         s.offered = s.schedule_offered * float(share)
+    old.k6_dropped = sum(r.k6_dropped or 0.0 for r in results)
+    schedule_drops(old, {s.stage: s.duration_s for s in old.steps})
     return old
 
 

@@ -266,6 +266,49 @@ class ShippedScripts(unittest.TestCase):
             d.cleanup()
 
 
+SCHEDULE_TEMPLATE = """
+import * as c from '%(common)s';
+export const options = { iterations: 1, vus: 1 };
+function eq(got, want, what) {
+  if (JSON.stringify(got) !== JSON.stringify(want)) throw new Error(`${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+}
+export function setup() {
+  // 30, 100 and 7/s for 1.5 s: 45, 150 and 10.5 iterations, of which k6 starts 205
+  const s = c.scheduleOf([30, 100, 7], 1.5);
+  const per = {};
+  for (let n = 0; n < 205; n++) {
+    const d = c.dueStage(s, n, 0);
+    per[d.stage.name] = (per[d.stage.name] || 0) + 1;
+  }
+  eq(per, { s01: 45, s02: 150, s03: 10 }, 'calls per step by their number');
+  eq([c.dueStage(s, 44, 0).t, c.dueStage(s, 45, 0).stage.name], [1.5, 's02'], 'a step ends with its last call');
+  // a number due 2 s before its call starts: k6 dropped iterations before it (by start time),
+  // unless a VU's calls all run that late (k6 activating many VUs before the schedule's clock)
+  eq(c.dueStage(s, 0, 2.0, 0).stage.name, 's02', 'a number lagging the clock');
+  eq(c.dueStage(s, 0, 2.0, 1.5).stage.name, 's01', 'every call as late');
+  eq([c.dueStage(s, 0, 4.0, 0.5).stage.name, c.dueStage(s, 0, 4.0, 0.5).t], ['s03', 3.5], 'by the schedule clock');
+  eq(c.rampingStages(s).slice(-2), [{ target: 0, duration: '1us' }, { target: 0, duration: '1s' }], 'the idle tail');
+}
+export default function () {}
+"""
+
+
+@unittest.skipIf(WHY_NOT, "k6 tests skipped: %s" % WHY_NOT)
+class Schedule(unittest.TestCase):
+    """common.js's schedule arithmetic on k6's own engine: which step a ramp's call counts in
+    (by its number, the schedule's; by its start, when its number lags the clock), the idle
+    tail after the last step."""
+
+    def test_due_stage(self):
+        with tempfile.TemporaryDirectory(prefix="k6-schedule-") as tmp:
+            path = os.path.join(tmp, "schedule.js")
+            with open(path, "w") as f:
+                f.write(SCHEDULE_TEMPLATE % {"common": os.path.join(K6_DIR, "common.js")})
+            p = subprocess.run([K6, "run", "-q", "--no-usage-report", path], cwd=tmp,
+                               capture_output=True, text=True, timeout=60 * SLOW)
+            self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+
+
 BAD_TEMPLATE = """
 import grpc from 'k6/net/grpc';
 import { check } from 'k6';

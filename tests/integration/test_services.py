@@ -16,10 +16,13 @@ import tempfile
 import threading
 import unittest
 
+import yaml
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grpc  # noqa: E402
 
-from echod_harness import DaemonTestCase, ROOT, SANITIZER, SERVICE, SLOW, Daemon, EchoStub, main  # noqa: E402
+from echod_harness import (DaemonTestCase, ROOT, SANITIZER, SERVICE, SLOW, Daemon, EchoStub,  # noqa: E402
+                            echod_check_config, main)
 
 T = 30.0 * SLOW  # per-call timeout
 GRPC_PROTO = os.environ.get("ECHOD_GRPC_PROTO_DIR", "/usr/share/grpc-proto")
@@ -39,6 +42,17 @@ SERVED = {SERVICE, HEALTH, BENCHMARK} | set(REFLECTION.values())
 # thread's list), which this file did not introduce; make it 2 again once transport/ is fixed.
 LOOPS = "1" if SANITIZER == "tsan" else "2"
 ARMS = {"direct": [], "fixed": ["executor.mode=fixed", "executor.threads=2", "io.event_loops=" + LOOPS]}
+
+# The client's stream window for a call the server floods, fixed. grpcio's default, BDP
+# probing, grows the window to what arrived during one PING's round trip, which a flooding server
+# fills: 4.3 MB after the first 14 ms probe, and 5 to 29 MB sent by the time the client's
+# half-close reached the server (40 to 110 ms into the call). The client then had all of it to
+# read, 19-byte message by 19-byte message, at ~20000 messages/s in Python: 12 to 75 s, and
+# longer under load (the reader slows, and a longer round trip grows the window), so the call ran
+# into its 30 s deadline now and then. With the window fixed, what is left to read after the
+# half-close has a bound (test_streaming_both_ways) and takes a fraction of a second.
+FLOOD_WINDOW = 16384
+FLOOD_CHANNEL = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", FLOOD_WINDOW)]
 
 
 def generate_stubs():
@@ -401,10 +415,10 @@ class Benchmark(unittest.TestCase):
             finally:
                 d.cleanup()
 
-    def each_arm(self, fn):
+    def each_arm(self, fn, options=()):
         for arm, d in self.daemons.items():
             with self.subTest(arm=arm):
-                ch = d.channel()
+                ch = d.channel(options=options)
                 try:
                     fn(self.s.bench_grpc.BenchmarkServiceStub(ch), d)
                 finally:
@@ -494,14 +508,31 @@ class Benchmark(unittest.TestCase):
                     yield self.req(response_size=999)  # ignored: the first one decides
                 stop.wait(T)
 
+            half_closed = d.metrics().metric("echod_call_steps_total", step="half_closed")
             it = stub.StreamingBothWays(requests(), timeout=T)
             for _ in range(500):
                 self.assert_body(next(it), 10)
             stop.set()  # the client half-closes; the server ends the stream OK
+            # Not reading until the server has the half-close: reading would open the window
+            # for more, as many as the client's threads took to send END_STREAM.
+            d.wait_metrics(lambda m: m.metric("echod_call_steps_total", step="half_closed") > half_closed,
+                           what="the half-close submitted")
             rest = list(it)
             self.assertTrue(all(len(r.payload.body) == 10 for r in rest))
+            # From there the server stops sending: what the client still reads is what its window
+            # let through (two windows: buffered in its transport, and in flight) and what the
+            # server had queued, its send buffer, which on a pool arm the on_ready steps queued
+            # ahead of half_closed may each fill once more. An on_ready flood that outran the
+            # half-close would not fit, however long it took.
+            self.assertLessEqual(len(rest) * frame, 2 * FLOOD_WINDOW + 3 * (send_buffer + frame),
+                                 "%d messages after the half-close" % len(rest))
             d.wait_idle()
-        self.each_arm(run)
+        frame = 5 + 14  # gRPC's prefix, then SimpleResponse{payload{body: 10 bytes}}
+        # the daemons run on the built-in defaults, which are config/echod.yaml's; both arms keep its send buffer
+        cfg = echod_check_config(os.path.join(ROOT, "config", "echod.yaml"), sets=ARMS["direct"])
+        self.assertEqual(cfg.returncode, 0, cfg.stderr)
+        send_buffer = yaml.safe_load(cfg.stdout)["transport"]["max_send_buffer_bytes"]
+        self.each_arm(run, options=FLOOD_CHANNEL)
 
     def test_metrics_name_the_methods(self):
         def run(stub, d):

@@ -40,7 +40,7 @@ export const options = {
 };
 
 export function rest() {
-  const stage = c.currentStage(SCHEDULE);
+  const { stage } = c.dueNow(SCHEDULE); // the step it was due in
   const tags = { ...c.stageTags(stage), name: 'POST /echo' };
   const body = `${c.PAYLOAD}-${exec.vu.idInTest}-${exec.vu.iterationInScenario}`;
   c.echoSent.add(1, c.stageTags(stage));

@@ -13,7 +13,10 @@
 // ramp is counted in late_connects. MAX_VUS above VUS (default: 1000 or VUS) lets k6 initialise
 // more VUs in the middle of a step, which costs the step its schedule: bench/study sets
 // MAX_VUS = VUS. echo_answered counts each answer in the step it arrived in: a step's goodput
-// (echo_ok counts it in the step it was sent in).
+// (echo_sent, echo_ok and the latencies count a call in the step its iteration was due in by
+// the schedule, common.js dueStage, not the one it started in: so per step the calls of all
+// runners add up to offered x STEP_DURATION as long as k6 drops none; an idle second after the
+// last step lets k6 start the schedule's last iteration, rampingStages).
 //
 //   k6 run -e TARGET=echod-cached:50051 -e ARM=cached --out csv=cached-ramp.csv \
 //       deploy/k6/unary-ramp.js
@@ -29,7 +32,6 @@
 //
 // Needs k6 v0.53.0 or later (object spread; k6/timers from v0.50). An older k6 rejects the
 // script before any line of it runs, so it cannot say so itself: deploy/README.md, "k6 versions".
-import exec from 'k6/execution';
 import { Counter } from 'k6/metrics';
 import * as c from './common.js';
 
@@ -90,8 +92,8 @@ export function preconnect() {
 }
 
 export function unary() {
-  const stage = c.currentStage(SCHEDULE);
-  const tags = { slice: c.sliceAt(stage, (Date.now() - exec.scenario.startTime) / 1000) };
+  const { stage, t } = c.dueNow(SCHEDULE);
+  const tags = { slice: c.sliceAt(stage, t) };
   if (!connected) {
     lateConnects.add(1, c.stageTags(stage));
     c.connect(client);
