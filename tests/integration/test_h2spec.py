@@ -93,7 +93,7 @@ class H2spec(DaemonTestCase):
                                  timeout=600 * SLOW).stdout.decode("utf-8", "replace")
             self.assertTrue(os.path.exists(junit), "h2spec wrote no report:\n" + out[-3000:])
             cases = h2spec_cases(junit)
-        self.assertEqual(len(cases), 146, out[-3000:])
+        self.assertGreaterEqual(len(cases), 146, out[-3000:])
         failed = {c: why for c, why in cases.items() if why not in (None, "skipped")}
         unexpected = {c: why for c, why in failed.items() if c not in allowed}
         passed = sum(1 for why in cases.values() if why is None)
