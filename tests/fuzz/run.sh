@@ -204,6 +204,7 @@ for t in $TARGETS; do
         fi
     fi
     echo "$line" >>"$summary"
+    echo "== $line"
     rm -rf "$work"
 done
 echo
