@@ -1,4 +1,3 @@
-#include <nghttp2/nghttp2.h>
 #include "transport/frame_scan.h"
 
 void echod_frame_scan_init(echod_frame_scan_t *fs)

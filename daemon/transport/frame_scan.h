@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <nghttp2/nghttp2.h>
 
 #define ECHOD_FRAME_HEADER 9
 
@@ -46,8 +47,8 @@ static inline void echod_frame_scan__header(echod_frame_scan_t *fs, const uint8_
     memcpy(&w, h + 5, 4);
     hd->stream_id = (int32_t)(__builtin_bswap32(w) & 0x7fffffffu);
     hd->in_block = fs->in_block;
-    if (hd->type == 1 || hd->type == 5 || hd->type == 9) /* HEADERS, PUSH_PROMISE, CONTINUATION */
-        fs->in_block = !(hd->flags & 0x4);               /* END_HEADERS */
+    if (hd->type == NGHTTP2_HEADERS || hd->type == NGHTTP2_PUSH_PROMISE || hd->type == NGHTTP2_CONTINUATION)
+        fs->in_block = !(hd->flags & NGHTTP2_FLAG_END_HEADERS);
     fs->skip = hd->length;
 }
 
