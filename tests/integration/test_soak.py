@@ -5,7 +5,7 @@ nothing grew. The gate is shown to close: calls shed by a limit are failures, an
 rule tells a leak from noise on made-up samples (the figures the thresholds were argued with,
 bench/soak's docstring). The 10-minute suite is `bench/soak`, outside CI (README "Soak").
 
-Skipped with the reason without h2load or taskset, and in sanitizer builds (RSS and rates of a
+Skipped with the reason without h2load or taskset, on fewer than two CPUs, and in sanitizer builds (RSS and rates of a
 release build are what a soak judges). Run on its own:
   ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_soak.py
 """
@@ -33,6 +33,8 @@ def why_skip():
     for tool, pkg in (("h2load", "nghttp2-client"), ("taskset", "util-linux")):
         if not shutil.which(tool):
             return "%s is not installed (%s)" % (tool, pkg)
+    if len(os.sched_getaffinity(0)) < 2:
+        return "fewer than two CPUs: bench/soak pins echod and h2load apart (CPUs 1 and 0)"
     return None
 
 
