@@ -72,10 +72,12 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/tests/lsan.supp}
 # every run of a target: the same limits (a hang is -timeout, a blow-up -rss_limit_mb)
 OPTS="-timeout=10 -rss_limit_mb=2048 -max_len=65536"
 
-# dirs T: the kept input directories of target T that exist (git does not keep empty ones)
+# dirs T: the kept input directories of target T that exist (git does not keep empty ones, so a
+# clone has no regressions/T until a finding is fixed). `if`, not `&&`: a missing last directory
+# must not make the function fail, which under set -e ends the run without a word.
 dirs() {
     for d in seeds corpus regressions; do
-        [ -d "$ROOT/tests/fuzz/$d/$1" ] && printf '%s ' "$ROOT/tests/fuzz/$d/$1"
+        if [ -d "$ROOT/tests/fuzz/$d/$1" ]; then printf '%s ' "$ROOT/tests/fuzz/$d/$1"; fi
     done
 }
 
@@ -110,7 +112,7 @@ minimise() {
     new=$(mktemp -d "${TMPDIR:-/tmp}/echod-fuzz-merge-$t.XXXXXX")
     # the seeds and regressions go in first, so -merge=1 counts their coverage as had...
     for d in seeds regressions; do
-        [ -d "$ROOT/tests/fuzz/$d/$t" ] && find "$ROOT/tests/fuzz/$d/$t" -type f -exec cp {} "$new/" \;
+        if [ -d "$ROOT/tests/fuzz/$d/$t" ]; then find "$ROOT/tests/fuzz/$d/$t" -type f -exec cp {} "$new/" \;; fi
     done
     base=$(ls "$new")
     mkdir -p "$kept"
