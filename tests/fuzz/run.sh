@@ -72,10 +72,10 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/tests/lsan.supp}
 # every run of a target: the same limits (a hang is -timeout, a blow-up -rss_limit_mb)
 OPTS="-timeout=10 -rss_limit_mb=2048 -max_len=65536"
 
-# dirs T: the kept input directories of target T that exist (git does not keep empty ones, so a
+# kept_dirs T: the kept input directories of target T that exist (git does not keep empty ones, so a
 # clone has no regressions/T until a finding is fixed). `if`, not `&&`: a missing last directory
 # must not make the function fail, which under set -e ends the run without a word.
-dirs() {
+kept_dirs() {
     for d in seeds corpus regressions; do
         if [ -d "$ROOT/tests/fuzz/$d/$1" ]; then printf '%s ' "$ROOT/tests/fuzz/$d/$1"; fi
     done
@@ -136,7 +136,7 @@ summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
 for t in $TARGETS; do
     bin=$BUILD/tests/fuzz/$t
-    kept=$(dirs "$t")
+    kept=$(kept_dirs "$t")
     # shellcheck disable=SC2086
     n_kept=$(files $kept)
     if [ $MODE = merge ]; then

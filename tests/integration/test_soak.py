@@ -47,7 +47,7 @@ def load_soak():
 
 
 def run_soak(*args, timeout=600):
-    with tempfile.TemporaryDirectory(prefix="echod-i25-soak-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="echod-soak-") as tmp:
         out_json = os.path.join(tmp, "soak.json")
         r = subprocess.run([sys.executable, SOAK, "--echod", ECHOD_BIN, "--json", out_json] + list(args),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
