@@ -81,11 +81,13 @@ kept_dirs() {
     done
 }
 
-# files DIR...: how many inputs, how many bytes
+# files DIR...: how many inputs, how many bytes (no DIR: none; find would count the current directory)
 files() {
+    if [ $# -eq 0 ]; then echo 0; return 0; fi
     find "$@" -type f 2>/dev/null | wc -l | tr -d ' '
 }
 bytes() {
+    if [ $# -eq 0 ]; then echo 0; return 0; fi
     find "$@" -type f -exec cat {} + 2>/dev/null | wc -c | tr -d ' '
 }
 
