@@ -13,7 +13,8 @@
 #                              skipped, with the reason, where podman cannot run)
 #
 # Environment:
-#   ECHOD_SUITES   which checks to run, default "release asan tsan fuzz memcheck image"
+#   ECHOD_SUITES   which checks to run, default "release asan tsan fuzz memcheck image"; also
+#                  "soak" (bench/soak: 10 minutes on each of direct and fixed, about 21 min)
 #   ECHOD_FUZZ_SECONDS  seconds per fuzz target (default 30)
 #   MESON_TEST_ARGS extra arguments for every `meson test` (e.g. "--suite integration")
 set -euo pipefail
@@ -256,6 +257,12 @@ run_tests() {
         image)
             # deploy/Dockerfile built with podman from this checkout and run (deploy/README.md)
             run_script image /usr/bin/python3 tests/image/check.py
+            ;;
+        soak)
+            # not in the default list: 10 minutes at 80% of the knee on direct, then on fixed
+            # (bench/soak; test_soak is its 60 s version in the release suite)
+            build_release
+            run_script soak env ECHOD_BIN="$ROOT/build/daemon/echod" /usr/bin/python3 bench/soak
             ;;
         *)
             log "unknown suite '$s' in ECHOD_SUITES"

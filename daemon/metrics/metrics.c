@@ -653,6 +653,14 @@ static void render_calls(mbuf_t *b)
     family(b, "echod_streams_refused_total", "counter",
            "Streams refused with RST_STREAM(REFUSED_STREAM): above transport.max_concurrent_streams.");
     mbuf_printf(b, "echod_streams_refused_total %" PRIu64 "\n", load(&echod_metrics.streams_refused));
+    static const char *const closed_answers[ECHOD_CLOSED_FRAME__COUNT] = {"discarded", "stream_closed",
+                                                                          "protocol_error"};
+    family(b, "echod_closed_stream_frames_total", "counter",
+           "DATA and HEADERS frames on closed client streams, by the answer (docs/http2-conformance.md): "
+           "discarded (the server had reset the stream), or the connection error sent.");
+    for (int i = 0; i < ECHOD_CLOSED_FRAME__COUNT; i++)
+        mbuf_printf(b, "echod_closed_stream_frames_total{answer=\"%s\"} %" PRIu64 "\n", closed_answers[i],
+                    load(&echod_metrics.closed_stream_frames[i]));
     family(b, "echod_drain_streams_total", "counter",
            "Streams open when shutdown began, and how they ended (finished on their own, or cut at drain_timeout).");
     mbuf_printf(b, "echod_drain_streams_total{state=\"open\"} %" PRIu64 "\n", load(&echod_metrics.drain_streams_open));

@@ -123,6 +123,8 @@ typedef struct {
     _Atomic uint64_t drain_streams_open;     /* open when shutdown began */
     _Atomic uint64_t drain_streams_finished; /* of those, ended on their own */
     _Atomic uint64_t drain_streams_cut;      /* of those, ended with UNAVAILABLE at drain_timeout */
+    /* DATA and HEADERS frames on closed client streams, by the server's answer */
+    _Atomic uint64_t closed_stream_frames[ECHOD_CLOSED_FRAME__COUNT];
     echod_method_metrics_t methods[ECHOD_METRICS_MAX_METHODS];
     _Atomic size_t nmethods;
     echod_exec_metrics_t execs[ECHOD_METRICS_MAX_EXECUTORS];

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <nghttp2/nghttp2.h>
 #include "transport/conn.h"
+#include "transport/frame_scan.h"
 #include "transport/stream.h"
 #include "transport/stream_ids.h"
 #include "util/clock.h"
@@ -33,7 +34,8 @@ struct echod_conn {
     uint64_t reset_budget, reset_budget_ms; /* RST_STREAMs the peer may still send, in 1/1000ths; refilled then */
     echod_conn_t *next_batch_dirty;
     size_t frames;                 /* sent since the last counted flush */
-    echod_stream_ids_t stream_ids; /* client stream ids used: RFC 9113 5.1.1 (on_begin_frame) */
+    echod_frame_scan_t scan;       /* where the client's frames begin (recv_frames) */
+    echod_stream_ids_t stream_ids; /* which client stream ids are closed, and how (RFC 9113 5.1) */
     unsigned in_recv : 1, processing : 1, closed : 1, goaway_notice : 1, goaway_final : 1, immediate_due : 1,
         batch_dirty : 1, established : 1, aged : 1, terminated : 1;
 };
@@ -43,6 +45,8 @@ static void final_goaway(echod_conn_t *conn);
 
 /* The PING sent with the GOAWAY notice; its ack triggers the final GOAWAY. */
 static const uint8_t goaway_ping[8] = {'e', 'c', 'h', 'o', 'd', 'g', 'o', 'a'};
+/* The PING sent after RST_STREAMs: its ack says the client has read them (transport/stream_ids.h). */
+static const uint8_t reset_ping[8] = {'e', 'c', 'h', 'o', 'd', 'r', 's', 't'};
 /*
  * A peer that never acks that PING gets the final GOAWAY after this long anyway (python-h2 drops
  * its queued ack when the GOAWAY arrives). grpc-java waits 10 s; the ack only has to cover one
@@ -420,24 +424,6 @@ static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const ui
     return 0;
 }
 
-/*
- * RFC 9113 5.1.1: a HEADERS frame on a client stream id that was skipped (below the highest one
- * used, never opened) is a connection error PROTOCOL_ERROR. nghttp2 ignores it, as it ignores
- * frames on the closed streams it forgot (no_closed_streams); the failure makes
- * nghttp2_session_mem_recv fail, and on_read_held sends GOAWAY(PROTOCOL_ERROR).
- */
-static int on_begin_frame(nghttp2_session *session, const nghttp2_frame_hd *hd, void *user_data)
-{
-    (void)session;
-    echod_conn_t *conn = user_data;
-    if (hd->type != NGHTTP2_HEADERS || (hd->stream_id & 1) == 0)
-        return 0;
-    if (echod_stream_ids_headers(&conn->stream_ids, hd->stream_id) != ECHOD_STREAM_ID_SKIPPED)
-        return 0;
-    echod_debug("connection: HEADERS on stream %d, skipped below %d", hd->stream_id, conn->stream_ids.last);
-    return NGHTTP2_ERR_CALLBACK_FAILURE;
-}
-
 static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
 {
     echod_conn_t *conn = user_data;
@@ -491,6 +477,12 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
         final_goaway(conn);
         return 0;
     }
+    if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK) &&
+        memcmp(frame->ping.opaque_data, reset_ping, sizeof(reset_ping)) == 0) {
+        if (echod_stream_ids_ping_acked(&conn->stream_ids)) /* for the resets sent since the first */
+            nghttp2_submit_ping(session, NGHTTP2_FLAG_NONE, reset_ping);
+        return 0;
+    }
     if (frame->hd.type == NGHTTP2_RST_STREAM && reset_flood(conn)) {
         echod_debug("connection: over transport.max_resets_per_second, closing");
         terminate(conn, NGHTTP2_ENHANCE_YOUR_CALM, ECHOD_CLOSE_RESET_FLOOD); /* the rest of the input is ignored */
@@ -518,10 +510,19 @@ static int on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, v
     conn->frames++;
     /* nghttp2 refuses a stream above the max_concurrent_streams we advertised from the start
      * (before the peer acks our SETTINGS), without a callback: its RST_STREAM is what counts */
-    if (frame->hd.type == NGHTTP2_RST_STREAM && frame->rst_stream.error_code == NGHTTP2_REFUSED_STREAM)
-        ECHOD_COUNT(echod_metrics.streams_refused);
+    if (frame->hd.type == NGHTTP2_RST_STREAM) {
+        if (frame->rst_stream.error_code == NGHTTP2_REFUSED_STREAM)
+            ECHOD_COUNT(echod_metrics.streams_refused);
+        /* nghttp2 closes the stream after this callback: it still says whether the client had ended it */
+        nghttp2_stream *st = nghttp2_session_find_stream(session, frame->hd.stream_id);
+        int client_ended = st != NULL && nghttp2_stream_get_state(st) == NGHTTP2_STREAM_STATE_HALF_CLOSED_REMOTE;
+        if ((frame->hd.stream_id & 1) && !client_ended &&
+            echod_stream_ids_reset_sent(&conn->stream_ids, frame->hd.stream_id))
+            nghttp2_submit_ping(session, NGHTTP2_FLAG_NONE, reset_ping); /* after the reset, on the wire */
+    }
     if (frame->hd.type == NGHTTP2_GOAWAY) {
         ECHOD_COUNT(echod_metrics.goaways_sent);
+        echod_stream_ids_goaway_sent(&conn->stream_ids, frame->goaway.last_stream_id);
         if (frame->goaway.last_stream_id == INT32_MAX && !conn->goaway_final)
             nghttp2_submit_ping(session, NGHTTP2_FLAG_NONE, goaway_ping);
     }
@@ -574,6 +575,55 @@ static void on_read(h2o_socket_t *sock, const char *err)
     echod_conn_release(conn);
 }
 
+/* nghttp2 has the client stream open (or half-closed): it keeps idle ones too, for PRIORITY */
+static int client_stream_open(echod_conn_t *conn, int32_t id)
+{
+    nghttp2_stream *st = nghttp2_session_find_stream(conn->ngh, id);
+    return st != NULL && nghttp2_stream_get_state(st) != NGHTTP2_STREAM_STATE_IDLE;
+}
+
+/*
+ * nghttp2 reads the input, in chunks that end before each frame that may be on a closed stream
+ * (transport/stream_ids.h): with the frames before it read, nghttp2's open streams say whether
+ * it is, and if it is, echod answers it, which nghttp2 would not. Normal traffic is one chunk:
+ * a stream's DATA follows its HEADERS, or nghttp2 has the stream open. Returns 0, a negative
+ * nghttp2 error, or 1 when a frame on a closed stream ends the connection (*answer says how; the
+ * input from that frame on is not read).
+ */
+static int recv_frames(echod_conn_t *conn, const uint8_t *in, size_t len, echod_closed_frame_t *answer)
+{
+    echod_stream_ids_t *ids = &conn->stream_ids;
+    const uint8_t *fed = in, *p = in, *end = in + len;
+    echod_stream_ids_fed(ids);
+    while (p < end && !conn->terminated) { /* terminated by a callback (a reset flood): nghttp2 reads no more */
+        echod_frame_hd_t hd;
+        if (!echod_frame_scan(&conn->scan, &p, end, &hd))
+            break;
+        if (hd.in_block)
+            continue;
+        echod_frame_need_t need = echod_stream_ids_scan(ids, hd.type, hd.flags, hd.stream_id);
+        if (need == ECHOD_FRAME_PASS || (need == ECHOD_FRAME_LOOKUP && client_stream_open(conn, hd.stream_id)))
+            continue;
+        /* the frames before it, up to its header's last byte: nghttp2 has not seen it yet */
+        ssize_t rv = nghttp2_session_mem_recv(conn->ngh, fed, (size_t)(p - 1 - fed));
+        if (rv < 0)
+            return (int)rv;
+        fed = p - 1;
+        echod_stream_ids_restart(ids, hd.flags, hd.stream_id);
+        if (conn->terminated || client_stream_open(conn, hd.stream_id))
+            continue; /* open, or half-closed (remote): nghttp2's to answer (STREAM_CLOSED) */
+        *answer = echod_stream_ids_closed(ids, hd.type, hd.stream_id);
+        ECHOD_COUNT(echod_metrics.closed_stream_frames[*answer]);
+        if (*answer != ECHOD_CLOSED_FRAME_DISCARDED) {
+            echod_debug("connection: %s on closed stream %d (highest %d)", hd.type == NGHTTP2_DATA ? "DATA" : "HEADERS",
+                        hd.stream_id, ids->last);
+            return 1;
+        }
+    }
+    ssize_t rv = nghttp2_session_mem_recv(conn->ngh, fed, (size_t)(end - fed));
+    return rv < 0 ? (int)rv : 0;
+}
+
 static void on_read_held(echod_conn_t *conn, h2o_socket_t *sock, const char *err)
 {
     if (err != NULL) {
@@ -581,22 +631,28 @@ static void on_read_held(echod_conn_t *conn, h2o_socket_t *sock, const char *err
         return;
     }
     conn->in_recv = 1;
-    ssize_t rv = nghttp2_session_mem_recv(conn->ngh, (const uint8_t *)sock->input->bytes, sock->input->size);
+    echod_closed_frame_t answer = ECHOD_CLOSED_FRAME_DISCARDED;
+    int rv = recv_frames(conn, (const uint8_t *)sock->input->bytes, sock->input->size, &answer);
     conn->in_recv = 0;
-    if (rv < 0) {
+    if (rv != 0) {
         /* Send the GOAWAY, then close. nghttp2 queues one for protocol errors (terminating again keeps
          * it); not for a bad preface or FLOODED (SETTINGS/PING acks piling up), where a session still
          * wanting to read would keep this read-stopped connection open forever. */
-        echod_debug("connection: nghttp2_session_mem_recv: %s", nghttp2_strerror((int)rv));
-        int flood = rv == NGHTTP2_ERR_FLOODED || rv == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS;
-        terminate(conn, flood ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR,
-                  flood ? ECHOD_CLOSE_FLOOD : ECHOD_CLOSE_PROTOCOL_ERROR);
+        if (rv == 1) {
+            terminate(conn, answer == ECHOD_CLOSED_FRAME_STREAM_CLOSED ? NGHTTP2_STREAM_CLOSED : NGHTTP2_PROTOCOL_ERROR,
+                      ECHOD_CLOSE_PROTOCOL_ERROR);
+        } else {
+            echod_debug("connection: nghttp2_session_mem_recv: %s", nghttp2_strerror(rv));
+            int flood = rv == NGHTTP2_ERR_FLOODED || rv == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS;
+            terminate(conn, flood ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR,
+                      flood ? ECHOD_CLOSE_FLOOD : ECHOD_CLOSE_PROTOCOL_ERROR);
+        }
         h2o_buffer_consume(&sock->input, sock->input->size);
         h2o_socket_read_stop(sock);
         echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_READ_COMPLETE);
         return;
     }
-    h2o_buffer_consume(&sock->input, (size_t)rv);
+    h2o_buffer_consume(&sock->input, sock->input->size);
     conn_process(conn);
     if (conn->closed)
         return;
@@ -719,7 +775,6 @@ static int session_start(echod_conn_t *conn)
         return -1;
     nghttp2_session_callbacks_set_send_callback(cbs, send_cb);
     nghttp2_session_callbacks_set_send_data_callback(cbs, send_data_cb);
-    nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, on_begin_frame);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cbs, echod_stream_on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
@@ -735,9 +790,10 @@ static int session_start(echod_conn_t *conn)
     nghttp2_option_set_stream_reset_rate_limit(opt, resets, resets);
     nghttp2_option_set_max_continuations(opt, 8);
     /* closed streams are kept only to anchor RFC 7540 priorities, which gRPC clients do not send
-     * (RFC 9113 drops them): -200 instructions per unary call, and up to max_concurrent_streams
-     * kept streams (~350 bytes each) per connection; frames on a closed stream are then ignored,
-     * not answered STREAM_CLOSED (docs/http2-conformance.md has the figures) */
+     * (RFC 9113 drops them): they cost ~200 instructions per unary call, and up to
+     * max_concurrent_streams kept streams (~350 bytes each) per connection. nghttp2 then ignores
+     * frames on a closed stream; recv_frames answers them from stream_ids instead, which is a
+     * fixed size (docs/http2-conformance.md has the figures) */
     nghttp2_option_set_no_closed_streams(opt, 1);
     nghttp2_mem mem = {&conn->loop->pool, pool_malloc, pool_free, pool_calloc, pool_realloc};
     int rv = nghttp2_session_server_new3(&conn->ngh, cbs, conn, opt, &mem);
@@ -745,6 +801,8 @@ static int session_start(echod_conn_t *conn)
     nghttp2_session_callbacks_del(cbs);
     if (rv != 0)
         return -1;
+    echod_frame_scan_init(&conn->scan);
+    echod_stream_ids_init(&conn->stream_ids);
     conn->reset_budget = (uint64_t)cfg->transport.max_resets_per_second * 1000;
     conn->reset_budget_ms = h2o_now(conn->loop->evloop);
     nghttp2_settings_entry settings[] = {

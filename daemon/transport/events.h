@@ -1,7 +1,7 @@
 /*
  * What the transport counts, by kind: the enums live here, with their owner, and metrics sizes
  * its counters by them (echod_loop_tasks_total, echod_flushes_total,
- * echod_connections_closed_total).
+ * echod_connections_closed_total, echod_closed_stream_frames_total).
  */
 #ifndef ECHOD_EVENTS_H
 #define ECHOD_EVENTS_H
@@ -34,5 +34,13 @@ typedef enum {
     ECHOD_CLOSE_PROTOCOL_ERROR, /* bad preface, malformed frames, any other HTTP/2 connection error */
     ECHOD_CLOSE__COUNT
 } echod_close_reason_t;
+
+/* How the server answered a DATA or HEADERS frame on a closed client stream (transport/stream_ids.h). */
+typedef enum {
+    ECHOD_CLOSED_FRAME_DISCARDED = 0,  /* the server had reset the stream, or it is above a GOAWAY */
+    ECHOD_CLOSED_FRAME_STREAM_CLOSED,  /* a connection error STREAM_CLOSED */
+    ECHOD_CLOSED_FRAME_PROTOCOL_ERROR, /* HEADERS on a skipped id: a connection error PROTOCOL_ERROR */
+    ECHOD_CLOSED_FRAME__COUNT
+} echod_closed_frame_t;
 
 #endif

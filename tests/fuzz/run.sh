@@ -1,8 +1,22 @@
 #!/bin/sh
-# Builds the libFuzzer targets of tests/fuzz with clang (ASan + UBSan + libFuzzer) and runs each
-# for a bounded time against its corpus. Fails on any crash, leak, sanitizer report or hang.
+# Builds the libFuzzer targets of tests/fuzz with clang (ASan + UBSan + libFuzzer), replays every
+# input kept in the repository, then fuzzes each target on. Fails on any crash, leak, sanitizer
+# report or hang.
 #
-#   tests/fuzz/run.sh [SECONDS] [TARGET...]     SECONDS per target (default 60); all targets by default
+#   tests/fuzz/run.sh [SECONDS] [TARGET...]        replay, then fuzz SECONDS per target (default 60; CI: 30)
+#   tests/fuzz/run.sh --replay [TARGET...]         replay only
+#   tests/fuzz/run.sh --campaign RUNS [TARGET...]  fuzz RUNS executions per target, then fold what it
+#                                                  found into tests/fuzz/corpus/ (minimised)
+#   tests/fuzz/run.sh --merge [TARGET...]          re-minimise tests/fuzz/corpus/ only
+#
+# What is kept, per target (docs/fuzzing.md):
+#   tests/fuzz/seeds/<target>/        hand-written inputs, named for what they exercise
+#   tests/fuzz/corpus/<target>/       the accumulated corpus: what campaigns found that the seeds do
+#                                     not cover, minimised with libFuzzer's -merge=1 (sha1 names)
+#   tests/fuzz/regressions/<target>/  one input per finding that was fixed, named for it; never
+#                                     minimised away
+# The replay runs each of them once (-runs=0); the fuzzing starts from seeds and corpus, and what
+# it adds goes to a scratch directory (a campaign merges it back; a CI run drops it).
 #
 # Environment:
 #   ECHOD_FUZZ_BUILD  build directory (default: <root>/build-fuzz; configured here when missing)
@@ -10,21 +24,36 @@
 #   CC                a clang (default: clang)
 #   ECHOD_FUZZ_SET    more config for fuzz_conn, "key=value;key=value" (e.g. executor.mode=fixed)
 #
-# Needs Debian's clang and libclang-rt-14-dev (libFuzzer, the sanitizer runtimes). The corpus in
-# tests/fuzz/corpus/<target>/ only seeds the run: what the fuzzer adds goes to a scratch copy, so
-# the repository stays small. A crash input is kept in ECHOD_FUZZ_OUT; reproduce with
-#   <build>/tests/fuzz/<target> <crash file>
+# Needs Debian's clang and libclang-rt-14-dev (libFuzzer, the sanitizer runtimes). A crash input
+# is kept in ECHOD_FUZZ_OUT; reproduce with  <build>/tests/fuzz/<target> <crash file>
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-DURATION=${1:-60}
-[ $# -gt 0 ] && shift
-TARGETS=${*:-fuzz_deframe fuzz_inflate fuzz_timeout fuzz_status fuzz_work fuzz_config fuzz_conn}
+ALL="fuzz_deframe fuzz_inflate fuzz_timeout fuzz_status fuzz_work fuzz_config fuzz_conn"
+MODE=fuzz
+case ${1:-} in
+--replay) MODE=replay; shift ;;
+--merge) MODE=merge; shift ;;
+--campaign)
+    MODE=campaign
+    RUNS=${2:-}
+    case $RUNS in '' | *[!0-9]*) echo "usage: $0 --campaign RUNS [TARGET...]" >&2; exit 2 ;; esac
+    shift 2
+    ;;
+esac
+DURATION=60
+if [ $MODE = fuzz ] && [ $# -gt 0 ]; then
+    DURATION=$1
+    shift
+    case $DURATION in '' | *[!0-9]*) echo "usage: $0 [SECONDS] [TARGET...]" >&2; exit 2 ;; esac
+fi
+TARGETS=${*:-$ALL}
 BUILD=${ECHOD_FUZZ_BUILD:-$ROOT/build-fuzz}
 OUT=${ECHOD_FUZZ_OUT:-$BUILD/fuzz-out}
 CC=${CC:-clang}
-
-case $DURATION in '' | *[!0-9]*) echo "usage: $0 [SECONDS] [TARGET...]" >&2; exit 2 ;; esac
+for t in $TARGETS; do
+    case " $ALL " in *" $t "*) ;; *) echo "fuzz: unknown target $t (targets: $ALL)" >&2; exit 2 ;; esac
+done
 command -v "$CC" >/dev/null || { echo "fuzz: $CC not found (apt-get install clang libclang-rt-14-dev)" >&2; exit 2; }
 
 if [ ! -f "$BUILD/build.ninja" ]; then
@@ -40,34 +69,149 @@ mkdir -p "$OUT"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$ROOT/tests/lsan.supp}
+# every run of a target: the same limits (a hang is -timeout, a blow-up -rss_limit_mb)
+OPTS="-timeout=10 -rss_limit_mb=2048 -max_len=65536"
+
+# kept_dirs T: the kept input directories of target T that exist (git does not keep empty ones, so a
+# clone has no regressions/T until a finding is fixed). `if`, not `&&`: a missing last directory
+# must not make the function fail, which under set -e ends the run without a word.
+kept_dirs() {
+    for d in seeds corpus regressions; do
+        if [ -d "$ROOT/tests/fuzz/$d/$1" ]; then printf '%s ' "$ROOT/tests/fuzz/$d/$1"; fi
+    done
+}
+
+# files DIR...: how many inputs, how many bytes (no DIR: none; find would count the current directory)
+files() {
+    if [ $# -eq 0 ]; then echo 0; return 0; fi
+    find "$@" -type f 2>/dev/null | wc -l | tr -d ' '
+}
+bytes() {
+    if [ $# -eq 0 ]; then echo 0; return 0; fi
+    find "$@" -type f -exec cat {} + 2>/dev/null | wc -c | tr -d ' '
+}
+
+# checked LOG RC: 0 when the run was clean; prints the report's head otherwise
+checked() {
+    # libFuzzer exits non-zero on a crash, leak or timeout; a sanitizer report is a failure whatever
+    if [ "$2" -ne 0 ] || grep -q -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' -e 'runtime error:' \
+        -e '==ERROR' "$1"; then
+        grep -m 30 -e 'ERROR' -e 'runtime error' -e '#[0-9]* 0x' -e 'Test unit written' "$1" | sed 's/^/   /' || true
+        return 1
+    fi
+    return 0
+}
+
+stat_of() { sed -n "s/^stat::$1: *//p" "$2" | tail -1; }
+cov_of() { grep -o 'cov: [0-9]* ft: [0-9]*' "$1" | tail -1; }
+
+# minimise T SCRATCH...: rebuilds tests/fuzz/corpus/T from itself and SCRATCH, keeping only inputs
+# that add coverage beyond the seeds and regressions (which are replayed and fuzzed from anyway)
+minimise() {
+    t=$1
+    shift
+    kept=$ROOT/tests/fuzz/corpus/$t
+    new=$(mktemp -d "${TMPDIR:-/tmp}/echod-fuzz-merge-$t.XXXXXX")
+    # the seeds and regressions go in first, so -merge=1 counts their coverage as had...
+    for d in seeds regressions; do
+        if [ -d "$ROOT/tests/fuzz/$d/$t" ]; then find "$ROOT/tests/fuzz/$d/$t" -type f -exec cp {} "$new/" \;; fi
+    done
+    base=$(ls "$new")
+    mkdir -p "$kept"
+    rc=0
+    "$BUILD/tests/fuzz/$t" -merge=1 $OPTS "$new" "$kept" "$@" >"$OUT/$t.merge.log" 2>&1 || rc=$?
+    if ! checked "$OUT/$t.merge.log" $rc; then
+        rm -rf "$new"
+        return 1
+    fi
+    # ...and come out again: the corpus holds only what they do not cover
+    for f in $base; do rm -f "$new/$f"; done
+    rm -rf "$kept"
+    mkdir -p "$kept"
+    find "$new" -type f -exec mv {} "$kept/" \;
+    rm -rf "$new"
+    return 0
+}
 
 failed=0
 summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
 for t in $TARGETS; do
-    seeds=$ROOT/tests/fuzz/corpus/$t
+    bin=$BUILD/tests/fuzz/$t
+    kept=$(kept_dirs "$t")
+    # shellcheck disable=SC2086
+    n_kept=$(files $kept)
+    if [ $MODE = merge ]; then
+        before="$(files "$ROOT/tests/fuzz/corpus/$t") files"
+        if minimise "$t"; then
+            result="ok"
+        else
+            result=FAILED
+            failed=1
+        fi
+        printf '%-14s %-8s corpus %s -> %s files, %s bytes\n' "$t" "$result" "$before" \
+            "$(files "$ROOT/tests/fuzz/corpus/$t")" "$(bytes "$ROOT/tests/fuzz/corpus/$t")" >>"$summary"
+        continue
+    fi
+
+    # 1. replay: every kept input once
+    log=$OUT/$t.replay.log
+    echo "== $t: replay $n_kept inputs (log: $log)"
+    rc=0
+    t0=$(date +%s.%N)
+    # shellcheck disable=SC2086
+    "$bin" -runs=0 $OPTS -artifact_prefix="$OUT/$t-" $kept >"$log" 2>&1 || rc=$?
+    replay_s=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}')
+    if checked "$log" $rc; then
+        result="replay ok"
+    else
+        result="replay FAILED (exit $rc)"
+        failed=1
+    fi
+    line=$(printf '%-14s %-20s %6s inputs %5ss' "$t" "$result" "$n_kept" "$replay_s")
+    if [ $MODE = replay ] || [ $rc -ne 0 ]; then
+        echo "$line  $(cov_of "$log")" >>"$summary"
+        continue
+    fi
+
+    # 2. fuzz on, from the kept inputs; new ones go to a scratch directory
     work=$(mktemp -d "${TMPDIR:-/tmp}/echod-fuzz-$t.XXXXXX")
     log=$OUT/$t.log
-    echo "== $t: ${DURATION}s (log: $log)"
+    if [ $MODE = campaign ]; then
+        limit="-runs=$RUNS"
+        echo "== $t: campaign of $RUNS executions (log: $log)"
+    else
+        limit="-max_total_time=$DURATION"
+        echo "== $t: ${DURATION}s (log: $log)"
+    fi
     rc=0
-    "$BUILD/tests/fuzz/$t" -max_total_time="$DURATION" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-        -print_final_stats=1 -artifact_prefix="$OUT/$t-" "$work" "$seeds" >"$log" 2>&1 || rc=$?
-    # libFuzzer exits non-zero on a crash, leak or timeout; a sanitizer report is a failure whatever
-    if [ $rc -ne 0 ] || grep -q -e 'ERROR: AddressSanitizer' -e 'ERROR: LeakSanitizer' -e 'runtime error:' \
-        -e '==ERROR' "$log"; then
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    "$bin" $limit $OPTS -print_final_stats=1 -artifact_prefix="$OUT/$t-" "$work" $kept >"$log" 2>&1 || rc=$?
+    secs=$(($(date +%s) - t0))
+    if checked "$log" $rc; then
+        result="ok"
+    else
         result="FAILED (exit $rc)"
         failed=1
-        grep -m 30 -e 'ERROR' -e 'runtime error' -e '#[0-9]* 0x' -e 'Test unit written' "$log" | sed 's/^/   /' || true
-    else
-        result=ok
     fi
-    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-    cov=$(grep -o 'cov: [0-9]* ft: [0-9]* corp: [0-9]*' "$log" | tail -1)
-    printf '%-14s %-22s execs %-10s exec/s %-7s %s\n' "$t" "$result" "${execs:-?}" "${rate:-?}" "${cov:-?}" >>"$summary"
+    execs=$(stat_of number_of_executed_units "$log")
+    rate=$(stat_of average_exec_per_sec "$log")
+    line="$line | fuzz $result: execs ${execs:-?} in ${secs}s (${rate:-?}/s) $(cov_of "$log"), $(files "$work") new"
+    if [ $MODE = campaign ] && [ $rc -eq 0 ]; then
+        before=$(files "$ROOT/tests/fuzz/corpus/$t")
+        if minimise "$t" "$work"; then
+            line="$line | corpus $before -> $(files "$ROOT/tests/fuzz/corpus/$t") files, $(bytes "$ROOT/tests/fuzz/corpus/$t") bytes"
+        else
+            line="$line | merge FAILED"
+            failed=1
+        fi
+    fi
+    echo "$line" >>"$summary"
+    echo "== $line"
     rm -rf "$work"
 done
 echo
-echo "== summary (${DURATION}s per target)"
+echo "== summary ($MODE)"
 cat "$summary"
 exit $failed
