@@ -26,6 +26,8 @@ import sys
 import tempfile
 import unittest
 
+import yaml
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from echod_harness import ECHOD_BIN, ROOT, SANITIZER, main  # noqa: E402
 from echodlib import cgroup as cglib  # noqa: E402  (echod_harness put tools/ on sys.path)
@@ -196,6 +198,99 @@ class QuickStudy(unittest.TestCase):
                 for v in fd["variants"].values():
                     self.assertEqual(v["verdict"], orig["verdict"])
         finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+MODEL = os.path.join(ROOT, "config", "models", "grpc-java-study.yaml")
+MODEL_CAPACITY = 400  # --capacity for the model run: its streams (~7.4x) within one k6 core
+
+
+@unittest.skipIf(why_skip(), "bench/study --quick --model skipped: %s" % why_skip())
+class QuickModelStudy(unittest.TestCase):
+    """--model: the cost model's variant, on direct alone (its figures are the calibration's)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.out = tempfile.mkdtemp(prefix="study-model-test-")
+        cls.p = subprocess.run(["/usr/bin/python3", STUDY, "--quick", "--arms", "direct",
+                                "--model", MODEL, "--capacity", str(MODEL_CAPACITY),
+                                "--out", cls.out, "--echod", ECHOD_BIN], cwd=ROOT,
+                               capture_output=True, text=True, timeout=600)
+        cls.data = None
+        path = os.path.join(cls.out, "study.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                cls.data = json.load(f)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.out, ignore_errors=True)
+
+    def test_labelled_scaled_and_calibrated(self):
+        self.assertEqual(self.p.returncode, 0, self.p.stderr[-4000:])
+        cost = self.data["cost"]
+        self.assertEqual(cost["variant"], "model:grpc-java-study")
+        self.assertEqual(cost["model"], os.path.relpath(MODEL, ROOT))
+        with open(MODEL) as f:
+            units = {k[:-len("_cpu_us")]: v for k, v in
+                     yaml.safe_load(f)["work"]["model"].items() if k.endswith("_cpu_us")}
+        # one factor for every unit (the units are whole µs: within 1 µs of it)
+        x = cost["units"]["call"] / units["call"]
+        for u, v in units.items():
+            self.assertLessEqual(abs(cost["units"][u] - v * x), 1.0, (u, cost["units"], units))
+        # the calibration put direct at --capacity (the CPU clock's: 2% or a last round)
+        self.assertLess(abs(self.data["capacity"] - MODEL_CAPACITY) / MODEL_CAPACITY, 0.05)
+        for fd in self.data["findings"]:
+            self.assertEqual(fd["variant"], "model:grpc-java-study")
+        with open(os.path.join(self.out, "study.md")) as f:
+            self.assertIn("model: config/models/grpc-java-study.yaml x", f.read())
+
+    def test_streams_sized_from_the_stream_capacity(self):
+        """A bidi message costs step + 2 messages, a unary call call + 6 steps + 2 messages: the
+        stream ramp's steps are fractions of that capacity, ~7.4x the unary one."""
+        self.assertIsNotNone(self.data, self.p.stderr[-4000:])
+        u = self.data["cost"]["units"]
+        per_call = u["call"] + 6 * u["step"] + 2 * u["message"]
+        per_msg = u["step"] + 2 * u["message"]
+        scap = self.data["cost"]["stream_capacity"]
+        self.assertAlmostEqual(scap / self.data["capacity"], per_call / per_msg, places=3)
+        self.assertGreater(scap / self.data["capacity"], 5)
+        for srun in self.data["results"]["direct"]["streams"]:
+            self.assertGreaterEqual(srun["steps"][-1]["offered"], 1.2 * scap - 1)
+            for s in srun["steps"]:
+                self.assertGreaterEqual(s["kept_ratio"], 0.97, (srun["streams"], s))
+        for s in self.data["results"]["direct"]["ramp"]:
+            self.assertGreaterEqual(s["sent"] / s["scheduled"], 0.97, s["stage"])
+
+    def test_bad_model_and_model_with_cpu_us(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as bad:
+            bad.write("work:\n  model:\n    enabled: false\n")
+            bad.flush()
+            for extra, want in ((["--model", bad.name], "no enabled work.model"),
+                                (["--model", "/nonexistent.yaml"], "--model:"),
+                                (["--model", MODEL, "--cpu-us", "100"], "--cpu-us is the flat")):
+                p = subprocess.run(["/usr/bin/python3", STUDY, "--quick", "--echod", ECHOD_BIN]
+                                   + extra, cwd=ROOT, capture_output=True, text=True, timeout=60)
+                self.assertEqual(p.returncode, 2, (extra, p.stderr))
+                self.assertIn(want, p.stderr)
+
+    def test_merge_with_a_flat_run(self):
+        """--merge FLAT MODEL: one column per variant, labelled by the runs themselves."""
+        self.assertIsNotNone(self.data, self.p.stderr[-4000:])
+        flat = tempfile.mkdtemp(prefix="study-flat-doc-")
+        out = tempfile.mkdtemp(prefix="study-merge-model-")
+        try:
+            doc = dict(self.data, cost={"variant": "flat", "text": "flat", "cpu_us": 0},
+                       findings=None)
+            with open(os.path.join(flat, "study.json"), "w") as f:
+                json.dump(doc, f)
+            p = subprocess.run(["/usr/bin/python3", STUDY, "--merge", flat, self.out, "--out", out],
+                               cwd=ROOT, capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(os.path.join(out, "findings.json")) as f:
+                self.assertEqual(json.load(f)["variants"], ["flat", "model:grpc-java-study"])
+        finally:
+            shutil.rmtree(flat, ignore_errors=True)
             shutil.rmtree(out, ignore_errors=True)
 
 
