@@ -52,14 +52,18 @@ def png_size(path):
     return struct.unpack(">II", head[16:24])
 
 
-@unittest.skipIf(why_skip(), "bench/study --quick skipped: %s" % why_skip())
-class QuickStudy(unittest.TestCase):
+class StudyRun(unittest.TestCase):
+    """A class whose tests read one `bench/study --quick ARGS` run: self.p, self.out and
+    self.data (its study.json, None when it wrote none)."""
+    ARGS = ()
+    PREFIX = "study-test-"
+
     @classmethod
     def setUpClass(cls):
-        cls.out = tempfile.mkdtemp(prefix="study-test-")
-        cls.p = subprocess.run(["/usr/bin/python3", STUDY, "--quick", "--out", cls.out,
-                                "--echod", ECHOD_BIN], cwd=ROOT, capture_output=True, text=True,
-                               timeout=600)
+        cls.out = tempfile.mkdtemp(prefix=cls.PREFIX)
+        cls.p = subprocess.run(["/usr/bin/python3", STUDY, "--quick"] + list(cls.ARGS) +
+                               ["--out", cls.out, "--echod", ECHOD_BIN], cwd=ROOT,
+                               capture_output=True, text=True, timeout=600)
         cls.data = None
         path = os.path.join(cls.out, "study.json")
         if os.path.exists(path):
@@ -69,6 +73,10 @@ class QuickStudy(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.out, ignore_errors=True)
+
+
+@unittest.skipIf(why_skip(), "bench/study --quick skipped: %s" % why_skip())
+class QuickStudy(StudyRun):
 
     def test_exit_status_and_no_problem(self):
         self.assertEqual(self.p.returncode, 0, "bench/study --quick: exit %d\n%s\n%s" % (
@@ -206,25 +214,10 @@ MODEL_CAPACITY = 400  # --capacity for the model run: its streams (~7.4x) within
 
 
 @unittest.skipIf(why_skip(), "bench/study --quick --model skipped: %s" % why_skip())
-class QuickModelStudy(unittest.TestCase):
+class QuickModelStudy(StudyRun):
     """--model: the cost model's variant, on direct alone (its figures are the calibration's)."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.out = tempfile.mkdtemp(prefix="study-model-test-")
-        cls.p = subprocess.run(["/usr/bin/python3", STUDY, "--quick", "--arms", "direct",
-                                "--model", MODEL, "--capacity", str(MODEL_CAPACITY),
-                                "--out", cls.out, "--echod", ECHOD_BIN], cwd=ROOT,
-                               capture_output=True, text=True, timeout=600)
-        cls.data = None
-        path = os.path.join(cls.out, "study.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                cls.data = json.load(f)
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.out, ignore_errors=True)
+    ARGS = ("--arms", "direct", "--model", MODEL, "--capacity", str(MODEL_CAPACITY))
+    PREFIX = "study-model-test-"
 
     def test_labelled_scaled_and_calibrated(self):
         self.assertEqual(self.p.returncode, 0, self.p.stderr[-4000:])
@@ -339,24 +332,15 @@ STEP_S = 3  # --step-seconds, against --quick's 2 s unary and 1 s stream steps
 
 @unittest.skipIf(WHY_SKIP_QUOTA, "bench/study --quick --cpu-model quota skipped: %s"
                  % WHY_SKIP_QUOTA)
-class QuickQuotaStudy(unittest.TestCase):
+class QuickQuotaStudy(StudyRun):
     """The CFS-quota model in miniature: echod runs in a 1-CPU quota cgroup and every unary
     step records its CFS periods, so study.md gets its throttling table (its figures are not
     asserted: a pool arm may or may not exceed the quota). One arm, `cached`, the one whose
     threads can run on both cores. It runs with --step-seconds, so the knob's steps are
     checked too."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.out = tempfile.mkdtemp(prefix="study-quota-test-")
-        cls.p = subprocess.run(["/usr/bin/python3", STUDY, "--quick", "--cpu-model", "quota",
-                                "--step-seconds", str(STEP_S), "--arms", "cached",
-                                "--out", cls.out, "--echod", ECHOD_BIN],
-                               cwd=ROOT, capture_output=True, text=True, timeout=600)
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.out, ignore_errors=True)
+    ARGS = ("--cpu-model", "quota", "--step-seconds", str(STEP_S), "--arms", "cached")
+    PREFIX = "study-quota-test-"
 
     def test_throttling_table(self):
         self.assertEqual(self.p.returncode, 0, "exit %d\n%s" % (self.p.returncode,
