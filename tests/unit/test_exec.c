@@ -3,6 +3,9 @@
  * worker marker, the shape of each pool (cached grows, expires, honours max_threads;
  * workstealing steals; fixed:1 is FIFO), gauges, the queue-wait observer, and shutdown that
  * runs queued work including work submitted while shutting down.
+ *
+ * ECHOD_TEST_STRESS=N multiplies the rounds of the cancel-while-parking race (CI runs the arm64
+ * build under qemu with it: docs/threads.md).
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -797,6 +800,38 @@ static void test_virtual_interrupt(void)
     free(st);
 }
 
+/*
+ * A cancel racing a fiber that is parking, once per round, as echod_call_cancel does it (an
+ * exchange on the call's flag, then echod_exec_interrupt): the carrier files the fiber and reads
+ * the flag, the canceller sets the flag and reads which executor it parks on. A lost cancel
+ * leaves the fiber asleep for its whole hour; any round slower than 30 s counts as one.
+ */
+static void test_virtual_cancel_race(long rounds)
+{
+    echod_exec_t *exec = make(ECHOD_EXEC_VIRTUAL, 2, 0, 0, "vt-race");
+    CHECK(exec != NULL);
+    if (exec == NULL)
+        return;
+    sleep_task_t *st = sleep_tasks((unsigned)rounds, 3600ull * 1000000000u);
+    atomic_store(&sleeps_done, 0);
+    long lost = 0;
+    for (long i = 0; i < rounds && lost == 0; i++) {
+        echod_exec_submit(exec, &st[i].task);
+        for (volatile long spin = (i * 7) % 61 * 10; spin > 0; spin--)
+            ;
+        atomic_exchange(&st[i].cancelled, 1);
+        echod_exec_interrupt(&st[i].sleeper);
+        if (!wait_count(&sleeps_done, (unsigned long)i + 1, 30000))
+            lost++;
+    }
+    CHECK(lost == 0);
+    echod_exec_vthreads_t v = vthreads(exec);
+    printf("virtual: %ld cancels racing a park, %llu parked first, %ld lost\n", rounds, (unsigned long long)v.parks,
+           lost);
+    echod_exec_destroy(exec); /* wakes a sleeper a lost cancel left */
+    free(st);
+}
+
 static void test_virtual_destroy_wakes_sleepers(void)
 {
     echod_exec_t *exec = make(ECHOD_EXEC_VIRTUAL, 2, 0, 0, "vt-stop");
@@ -920,6 +955,8 @@ int main(void)
     test_virtual_parks();
     test_virtual_interrupt();
     test_virtual_destroy_wakes_sleepers();
+    const char *stress = getenv("ECHOD_TEST_STRESS");
+    test_virtual_cancel_race((SANITIZED ? 500 : 2000) * (stress != NULL && atol(stress) > 0 ? atol(stress) : 1));
     test_virtual_guard_page();
     test_cpus();
     test_create_errors();
