@@ -2,15 +2,17 @@
 (mmdebstrap for the image check's bases and the arm64 sysroot), so that they use the mirror,
 proxy and checks the machine is configured with rather than a hard-coded address.
 
-    sources("bookworm")          ["deb http://.../debian bookworm main", "... bookworm-updates main",
-                                  "... bookworm-security main"]   (what the host's apt has of them)
+    sources("bookworm")          ["deb MIRROR bookworm main", "deb MIRROR bookworm-updates main",
+                                  "deb SECURITY-MIRROR bookworm-security main"]  (the host's own)
     sources("bookworm", "arm64") the same lines with [arch=arm64]
     apt_options()                ['Acquire::http::Proxy "http://proxy:3128";', ...] for --aptopt
     proxy_env()                  {"http_proxy": ...} for programs that read the environment
 
 Everything comes from the host's apt: `apt-get indextargets` for the sources (one-line and deb822
-files alike, with what each entry's Release file says), `apt-config dump` for the options. A
-suite the host does not list is a MirrorError: there is no fallback address.
+files alike, with what each entry's Release file says), or, where apt has no index yet (before a
+first apt-get update, or with the lists removed), the source files apt-config names, read as
+apt reads them; `apt-config dump` for the options. APT_CONFIG is honoured like apt honours it.
+A suite the host does not list is a MirrorError: there is no fallback address.
 
     /usr/bin/python3 -m echodlib.debmirror [SUITE [ARCH]]     prints the lines and options
 """
@@ -52,13 +54,63 @@ def index_targets():
     return sorted(rows)
 
 
+def _deb822(text):
+    """The paragraphs of a deb822 file as dicts (keys lower-cased, continuation lines joined)."""
+    paras, cur, key = [], {}, None
+    for line in text.splitlines() + [""]:
+        if line.startswith("#"):
+            continue
+        if not line.strip():
+            if cur:
+                paras.append(cur)
+            cur, key = {}, None
+        elif line[0] in " \t" and key:
+            cur[key] += " " + line.strip()
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            key = key.strip().lower()
+            cur[key] = value.strip()
+    return paras
+
+
+def source_files():
+    """(repo URI, suite as written, component) of every enabled deb entry in the files apt reads."""
+    out = _run(["apt-config", "shell", "L", "Dir::Etc::sourcelist/f", "P", "Dir::Etc::sourceparts/d"])
+    paths = dict(re.findall(r"^(\w)='(.*)'$", out, re.M))
+    files = [paths.get("L", "")]
+    parts = paths.get("P", "")
+    if parts and os.path.isdir(parts):
+        files += [os.path.join(parts, f) for f in sorted(os.listdir(parts)) if f.endswith((".list", ".sources"))]
+    rows = []
+    for path in files:
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError:
+            continue
+        if path.endswith(".sources"):
+            for p in _deb822(text):
+                if p.get("enabled", "yes").lower() == "no" or "deb" not in p.get("types", "").split():
+                    continue
+                for uri in p.get("uris", "").split():
+                    for suite in p.get("suites", "").split():
+                        rows += [(uri, suite, c) for c in p.get("components", "").split()]
+            continue
+        for line in text.splitlines():
+            words = re.sub(r"\[[^]]*\]", " ", line.split("#", 1)[0]).split()
+            if len(words) >= 4 and words[0] == "deb":
+                rows += [(words[1], words[2], c) for c in words[3:]]
+    return rows
+
+
 def sources(suite, arch=None):
     """One-line sources for suite and its -updates and -security, from the host's apt entries of
     the Debian archive (by the Release file's Origin and Codename, or, before the first apt-get
     update, by the suite name as written). Raises MirrorError when the host has no such entry."""
     wanted = [suite, suite + "-updates", suite + "-security"]
     found = {}
-    for uri, release, component, origin, codename in index_targets():
+    targets = index_targets() or [(uri, release, c, "", "") for uri, release, c in source_files()]
+    for uri, release, component, origin, codename in targets:
         name = codename or release
         if name not in wanted or (origin and origin != "Debian"):
             continue
