@@ -1,30 +1,33 @@
 /*
- * regs_switch(seed, from, to) for test_fiber.c: every callee-saved register of the platform's
- * procedure call standard set from seed, echod_fiber_switch(from, to) called, and on return a
- * mask of the registers that changed (see test_fiber.c for the bits).
+ * regs_call(seed, fn, a, b) for test_fiber.c: every callee-saved register of the platform's
+ * procedure call standard set from seed, fn(a, b) called, and on return a mask of the registers
+ * that changed (see test_fiber.c for the bits). regs_clobber is a function that breaks the
+ * contract (one register changed), to show the check catches it.
  */
 #if defined(__x86_64__)
         .text
-        .globl regs_switch
-        .type regs_switch, @function
-regs_switch:
+        .globl regs_call
+        .type regs_call, @function
+regs_call:
         pushq %rbp
         pushq %rbx
         pushq %r12
         pushq %r13
         pushq %r14
         pushq %r15
-        pushq %rdi                      /* the seed; 7 pushes leave rsp 16-byte aligned */
+        pushq %rdi                      /* 16(%rsp): the seed */
+        pushq %rsi                      /* 8(%rsp): fn */
+        subq $8, %rsp                   /* 9 words pushed: rsp 16-byte aligned for the call */
         leaq 1(%rdi), %rbx
         leaq 2(%rdi), %rbp
         leaq 3(%rdi), %r12
         leaq 4(%rdi), %r13
         leaq 5(%rdi), %r14
         leaq 6(%rdi), %r15
-        movq %rsi, %rdi
-        movq %rdx, %rsi
-        call echod_fiber_switch@PLT
-        movq (%rsp), %rcx
+        movq %rdx, %rdi
+        movq %rcx, %rsi
+        call *8(%rsp)
+        movq 16(%rsp), %rcx
         xorl %eax, %eax
         .macro chk reg, n, bit
         leaq \n(%rcx), %rdx
@@ -40,7 +43,7 @@ regs_switch:
         chk %r13, 4, 3
         chk %r14, 5, 4
         chk %r15, 6, 5
-        addq $8, %rsp
+        addq $24, %rsp
         popq %r15
         popq %r14
         popq %r13
@@ -48,13 +51,20 @@ regs_switch:
         popq %rbx
         popq %rbp
         ret
-        .size regs_switch, .-regs_switch
+        .size regs_call, .-regs_call
+
+        .globl regs_clobber
+        .type regs_clobber, @function
+regs_clobber:                           /* breaks the contract on purpose: r15 changed */
+        xorq $1, %r15
+        ret
+        .size regs_clobber, .-regs_clobber
 #elif defined(__aarch64__)
         .text
         .p2align 2
-        .globl regs_switch
-        .type regs_switch, %function
-regs_switch:
+        .globl regs_call
+        .type regs_call, %function
+regs_call:
         stp x29, x30, [sp, #-176]!
         mov x29, sp
         stp x19, x20, [sp, #16]
@@ -66,7 +76,7 @@ regs_switch:
         stp d10, d11, [sp, #112]
         stp d12, d13, [sp, #128]
         stp d14, d15, [sp, #144]
-        str x0, [sp, #160]              /* the seed */
+        stp x0, x1, [sp, #160]          /* the seed, fn */
         .irp n, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28
         add x\n, x0, #\n
         .endr
@@ -74,9 +84,10 @@ regs_switch:
         add x10, x0, #\n
         fmov d\n, x10
         .endr
-        mov x0, x1
-        mov x1, x2
-        bl echod_fiber_switch
+        ldr x16, [sp, #168]
+        mov x0, x2
+        mov x1, x3
+        blr x16
         ldr x9, [sp, #160]
         mov x0, #0
         .macro chk reg, n, bit
@@ -125,6 +136,14 @@ regs_switch:
         ldp d14, d15, [sp, #144]
         ldp x29, x30, [sp], #176
         ret
-        .size regs_switch, .-regs_switch
+        .size regs_call, .-regs_call
+
+        .p2align 2
+        .globl regs_clobber
+        .type regs_clobber, %function
+regs_clobber:                           /* breaks the contract on purpose: x28 changed */
+        eor x28, x28, #1
+        ret
+        .size regs_clobber, .-regs_clobber
 #endif
         .section .note.GNU-stack, "", %progbits
