@@ -30,31 +30,34 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: echod [--config FILE] [--set KEY.PATH=VALUE]...\n"
-                 "       echod --check-config FILE [--set KEY.PATH=VALUE]...\n"
+    fprintf(out, "usage: echod [--config FILE]... [--set KEY.PATH=VALUE]...\n"
+                 "       echod [--config FILE]... --check-config FILE [--set KEY.PATH=VALUE]...\n"
                  "       echod --version | --help\n"
                  "\n"
                  "A gRPC echo server (grpc.examples.echo.Echo) whose dispatch strategy is chosen by\n"
                  "its YAML config, for capacity tests. With no --config the built-in defaults apply\n"
                  "(identical to config/echod.yaml).\n"
                  "\n"
-                 "  -c, --config FILE        read the config from FILE\n"
-                 "  -s, --set K=V            override one key after the file (repeatable),\n"
+                 "  -c, --config FILE        read the config from FILE; a further FILE is read over the ones\n"
+                 "                           before it (an arm, then config/models/grpc-java-study.yaml)\n"
+                 "  -s, --set K=V            override one key after the files (repeatable),\n"
                  "                           e.g. --set executor.mode=fixed --set listen.grpc=127.0.0.1:50061\n"
-                 "      --check-config FILE  validate FILE (and --set), print the effective config, exit\n"
+                 "      --check-config FILE  validate FILE (after any --config; and --set), print the\n"
+                 "                           effective config, exit\n"
                  "  -v, --version            print the version\n"
                  "  -h, --help               this text\n"
                  "\n"
                  "Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 2 for a config or start-up error.\n");
 }
 
-/* Loads, overrides and validates; prints the error and returns -1 on failure. */
-static int build_config(echod_config_t *cfg, const char *path, char **sets, size_t nsets)
+/* Loads the files in order, overrides and validates; prints the error and returns -1 on failure. */
+static int build_config(echod_config_t *cfg, char **paths, size_t npaths, char **sets, size_t nsets)
 {
     char err[1024];
     echod_config_init(cfg);
-    if (path != NULL && echod_config_load_file(cfg, path, err, sizeof(err)) != 0)
-        goto fail;
+    for (size_t i = 0; i != npaths; i++)
+        if (echod_config_load_file(cfg, paths[i], err, sizeof(err)) != 0)
+            goto fail;
     for (size_t i = 0; i != nsets; i++)
         if (echod_config_set(cfg, sets[i], err, sizeof(err)) != 0)
             goto fail;
@@ -74,18 +77,17 @@ int main(int argc, char **argv)
                                          {"version", no_argument, NULL, 'v'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    const char *config_path = NULL;
     int check_only = 0;
-    char **sets = calloc((size_t)argc, sizeof(*sets));
-    size_t nsets = 0;
+    char **sets = calloc((size_t)argc, sizeof(*sets)), **paths = calloc((size_t)argc, sizeof(*paths));
+    size_t nsets = 0, npaths = 0;
     int c;
     while ((c = getopt_long(argc, argv, "c:s:vh", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
-            config_path = optarg;
+            paths[npaths++] = optarg;
             break;
         case 'k':
-            config_path = optarg;
+            paths[npaths++] = optarg;
             check_only = 1;
             break;
         case 's':
@@ -94,14 +96,17 @@ int main(int argc, char **argv)
         case 'v':
             printf("echod %s\n", ECHOD_VERSION);
             free(sets);
+            free(paths);
             return 0;
         case 'h':
             usage(stdout);
             free(sets);
+            free(paths);
             return 0;
         default:
             usage(stderr);
             free(sets);
+            free(paths);
             return EXIT_CONFIG;
         }
     }
@@ -109,12 +114,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "echod: unexpected argument \"%s\"\n", argv[optind]);
         usage(stderr);
         free(sets);
+        free(paths);
         return EXIT_CONFIG;
     }
 
     static echod_config_t cfg;
-    int rv = build_config(&cfg, config_path, sets, nsets);
+    int rv = build_config(&cfg, paths, npaths, sets, nsets);
     free(sets);
+    free(paths);
     if (rv != 0) {
         echod_config_free(&cfg);
         return EXIT_CONFIG;

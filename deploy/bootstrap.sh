@@ -41,9 +41,11 @@ ROOT=$PWD
 BUILD_PKGS=(meson ninja-build pkg-config gcc libc6-dev libh2o-evloop-dev libnghttp2-dev
             libprotobuf-c-dev protobuf-c-compiler libyaml-dev libssl-dev zlib1g-dev grpc-proto protobuf-compiler python3)
 # grpc-tools: test stubs from grpc-proto; matplotlib: deploy/report; valgrind: the callgrind
-# regression check; clang + its runtime: the libFuzzer targets.
+# regression check; clang + its runtime: the libFuzzer targets; prometheus-client: the text
+# format (tools/echodlib/prom.py); prometheus (with promtool): the local Prometheus of
+# test_prometheus and bench/study --prometheus, and the rules' unit tests (k8s/monitoring).
 TEST_PKGS=(python3 python3-grpcio python3-grpc-tools python3-h2 python3-yaml python3-matplotlib nghttp2-client
-           openssl valgrind clang libclang-rt-14-dev)
+           openssl valgrind clang libclang-rt-14-dev python3-prometheus-client prometheus)
 # The image check: podman with runc (crun, podman's default, fails on hybrid cgroup hosts),
 # mmdebstrap for the local debian:bookworm(-slim) bases, git for the build context.
 IMAGE_PKGS=(podman runc mmdebstrap git)

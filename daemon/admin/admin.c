@@ -291,12 +291,14 @@ int echod_admin_port(const echod_admin_t *admin)
 void echod_admin_set_serving(echod_admin_t *admin)
 {
     int starting = ECHOD_ADMIN_STARTING;
-    atomic_compare_exchange_strong(&admin->state, &starting, ECHOD_ADMIN_SERVING);
+    if (atomic_compare_exchange_strong(&admin->state, &starting, ECHOD_ADMIN_SERVING))
+        echod_metrics_set_readiness(1, 0);
 }
 
 void echod_admin_set_draining(echod_admin_t *admin)
 {
     atomic_store_explicit(&admin->state, ECHOD_ADMIN_DRAINING, memory_order_relaxed);
+    echod_metrics_set_readiness(0, 1);
 }
 
 void echod_admin_stop(echod_admin_t *admin)

@@ -76,6 +76,7 @@ static const char *const serialize_names[] = {"auto", "always", NULL};
 static const char *const sched_policy_names[] = {"other", "batch", NULL};
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
 static const char *const log_format_names[] = {"text", "json", NULL};
+static const char *const dist_names[] = {"constant", "exponential", "stall", NULL};
 
 #define FIELD(type, member) offsetof(type, member), sizeof(((type *)0)->member)
 #define INT31_MAX           2147483647u
@@ -107,7 +108,13 @@ static const key_def_t exec_keys[] = {
 static const key_def_t work_entry_keys[] = {
     {"response_bytes", KEY_INT, FIELD(echod_work_t, response_bytes), INT_BOUND(-1), INT31_MAX, NULL, NULL, NULL},
     {"cpu_us", KEY_UINT, FIELD(echod_work_t, cpu_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
+    {"cpu_dist", KEY_ENUM, FIELD(echod_work_t, cpu_dist.kind), 0, 0, dist_names, NULL, NULL},
+    {"cpu_stall_fraction", KEY_RATIO, FIELD(echod_work_t, cpu_dist.stall_fraction), 0, 0, NULL, NULL, NULL},
+    {"cpu_stall_us", KEY_UINT, FIELD(echod_work_t, cpu_dist.stall_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
     {"sleep_us", KEY_UINT, FIELD(echod_work_t, sleep_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
+    {"sleep_dist", KEY_ENUM, FIELD(echod_work_t, sleep_dist.kind), 0, 0, dist_names, NULL, NULL},
+    {"sleep_stall_fraction", KEY_RATIO, FIELD(echod_work_t, sleep_dist.stall_fraction), 0, 0, NULL, NULL, NULL},
+    {"sleep_stall_us", KEY_UINT, FIELD(echod_work_t, sleep_dist.stall_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
     {"status", KEY_UINT, FIELD(echod_work_t, status), 0, MAX_STATUS, NULL, NULL, NULL},
     {"error_rate", KEY_RATIO, FIELD(echod_work_t, error_rate), 0, 0, NULL, NULL, NULL},
     {"echo_metadata", KEY_BOOL, FIELD(echod_work_t, echo_metadata), 0, 0, NULL, NULL, NULL},
@@ -214,14 +221,28 @@ static const key_def_t echo_keys[] = {
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
+/* work.model: each unit cost is capped by work.max_cpu, checked in finish. */
+static const key_def_t model_keys[] = {
+    {"enabled", KEY_BOOL, FIELD(echod_config_t, work.model.enabled), 0, 0, NULL, NULL, NULL},
+    {"call_cpu_us", KEY_UINT, FIELD(echod_config_t, work.model.call_cpu_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
+    {"step_cpu_us", KEY_UINT, FIELD(echod_config_t, work.model.step_cpu_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
+    {"handoff_cpu_us", KEY_UINT, FIELD(echod_config_t, work.model.handoff_cpu_us), 0, MAX_WORK_MS * 1000, NULL, NULL,
+     NULL},
+    {"message_cpu_us", KEY_UINT, FIELD(echod_config_t, work.model.message_cpu_us), 0, MAX_WORK_MS * 1000, NULL, NULL,
+     NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+
 static const key_def_t work_keys[] = {
     {"allow_metadata_overrides", KEY_BOOL, FIELD(echod_config_t, work.allow_metadata_overrides), 0, 0, NULL, NULL,
      NULL},
     {"max_cpu", KEY_DURATION, FIELD(echod_config_t, work.max_cpu_ms), 0, MAX_WORK_MS, NULL, NULL, NULL},
     {"max_sleep", KEY_DURATION, FIELD(echod_config_t, work.max_sleep_ms), 0, MAX_WORK_MS, NULL, NULL, NULL},
     {"max_response_bytes", KEY_UINT, FIELD(echod_config_t, work.max_response_bytes), 0, INT31_MAX, NULL, NULL, NULL},
+    {"seed", KEY_UINT, FIELD(echod_config_t, work.seed), 0, UINT64_MAX, NULL, NULL, NULL},
     {"defaults", KEY_SECTION, FIELD(echod_config_t, work.defaults), 0, 0, NULL, work_entry_keys, NULL},
     {"per_method", KEY_PER_METHOD, 0, 0, 0, 0, NULL, NULL, &work_map},
+    {"model", KEY_SECTION, 0, 0, 0, 0, NULL, model_keys, NULL},
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
@@ -1162,6 +1183,10 @@ void echod_config_init(echod_config_t *cfg)
     cfg->work.defaults.status = 0;
     cfg->work.defaults.error_rate = 0.0;
     cfg->work.defaults.echo_metadata = false;
+    cfg->work.defaults.cpu_dist.kind = ECHOD_DIST_CONSTANT;
+    cfg->work.defaults.sleep_dist.kind = ECHOD_DIST_CONSTANT;
+    cfg->work.seed = 1;
+    cfg->work.model.enabled = false;
     cfg->telemetry.timing_trailer = true;
     cfg->shutdown.announce_ms = 0;
     cfg->shutdown.drain_timeout_ms = 10000;
@@ -1596,6 +1621,20 @@ static const char *where_field(const echod_config_t *cfg, const char *path, cons
     return echod_config_where(cfg, key, buf, cap);
 }
 
+/* PATH.KEY, microseconds of CPU or sleep, against the cap CAP_KEY (in ms); an error names where it was written. */
+static int check_us_cap(const echod_config_t *cfg, const char *path, const char *key, uint64_t us, const char *cap_key,
+                        uint64_t cap_ms, char *err, size_t errlen)
+{
+    if (cap_ms >= UINT64_MAX / 1000 || us <= cap_ms * 1000)
+        return 0;
+    char cap[64], at[320];
+    describe_max_duration(cap, sizeof(cap), cap_ms);
+    echod_set_err(err, errlen, "%s: %s.%s: %llu us is more than %s allows (%s = %llu us); raise %s or lower the value",
+                  where_field(cfg, path, key, at, sizeof(at)), path, key, (unsigned long long)us, cap_key, cap,
+                  (unsigned long long)cap_ms * 1000, cap_key);
+    return -1;
+}
+
 /*
  * One work entry (work.defaults or a per_method one) against the ranges and the caps of `work`.
  * The ranges were checked on the way in; they are checked again because a caller may have written
@@ -1603,7 +1642,7 @@ static const char *where_field(const echod_config_t *cfg, const char *path, cons
  */
 static int check_work(const echod_config_t *cfg, const char *path, const echod_work_t *w, char *err, size_t errlen)
 {
-    char cap[64], at[320];
+    char at[320];
     if (w->response_bytes < -1 || w->response_bytes > (int64_t)cfg->work.max_response_bytes) {
         echod_set_err(err, errlen,
                       "%s: %s.response_bytes: %lld is outside -1..%u, where the top is work.max_response_bytes; raise "
@@ -1612,25 +1651,13 @@ static int check_work(const echod_config_t *cfg, const char *path, const echod_w
                       cfg->work.max_response_bytes);
         return -1;
     }
-    if (cfg->work.max_cpu_ms < UINT64_MAX / 1000 && w->cpu_us > cfg->work.max_cpu_ms * 1000) {
-        describe_max_duration(cap, sizeof(cap), cfg->work.max_cpu_ms);
-        echod_set_err(err, errlen,
-                      "%s: %s.cpu_us: %u us is more than work.max_cpu allows (%s = %llu us); raise work.max_cpu or "
-                      "lower the value",
-                      where_field(cfg, path, "cpu_us", at, sizeof(at)), path, w->cpu_us, cap,
-                      (unsigned long long)cfg->work.max_cpu_ms * 1000);
+    if (check_us_cap(cfg, path, "cpu_us", w->cpu_us, "work.max_cpu", cfg->work.max_cpu_ms, err, errlen) != 0 ||
+        check_us_cap(cfg, path, "cpu_stall_us", w->cpu_dist.stall_us, "work.max_cpu", cfg->work.max_cpu_ms, err,
+                     errlen) != 0 ||
+        check_us_cap(cfg, path, "sleep_us", w->sleep_us, "work.max_sleep", cfg->work.max_sleep_ms, err, errlen) != 0 ||
+        check_us_cap(cfg, path, "sleep_stall_us", w->sleep_dist.stall_us, "work.max_sleep", cfg->work.max_sleep_ms, err,
+                     errlen) != 0)
         return -1;
-    }
-    if (cfg->work.max_sleep_ms < UINT64_MAX / 1000 && w->sleep_us > cfg->work.max_sleep_ms * 1000) {
-        describe_max_duration(cap, sizeof(cap), cfg->work.max_sleep_ms);
-        echod_set_err(
-            err, errlen,
-            "%s: %s.sleep_us: %u us is more than work.max_sleep allows (%s = %llu us); raise work.max_sleep or "
-            "lower the value",
-            where_field(cfg, path, "sleep_us", at, sizeof(at)), path, w->sleep_us, cap,
-            (unsigned long long)cfg->work.max_sleep_ms * 1000);
-        return -1;
-    }
     if (w->status > MAX_STATUS) {
         echod_set_err(err, errlen, "%s: %s.status: expected a gRPC status code from 0 to %d, got %u",
                       where_field(cfg, path, "status", at, sizeof(at)), path, MAX_STATUS, w->status);
@@ -1641,6 +1668,24 @@ static int check_work(const echod_config_t *cfg, const char *path, const echod_w
                       where_field(cfg, path, "error_rate", at, sizeof(at)), path, w->error_rate);
         return -1;
     }
+    return 0;
+}
+
+/* Every unit cost of work.model is CPU a call burns: each is capped by work.max_cpu. */
+static int check_model(const echod_config_t *cfg, char *err, size_t errlen)
+{
+    const echod_work_model_t *m = &cfg->work.model;
+    const struct {
+        const char *key;
+        uint32_t us;
+    } units[] = {{"call_cpu_us", m->call_cpu_us},
+                 {"step_cpu_us", m->step_cpu_us},
+                 {"handoff_cpu_us", m->handoff_cpu_us},
+                 {"message_cpu_us", m->message_cpu_us}};
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (check_us_cap(cfg, "work.model", units[i].key, units[i].us, "work.max_cpu", cfg->work.max_cpu_ms, err,
+                         errlen) != 0)
+            return -1;
     return 0;
 }
 
@@ -1746,6 +1791,8 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
         if (check_work(cfg, path, &cfg->work.per_method[i].work, err, errlen) != 0)
             return -1;
     }
+    if (check_model(cfg, err, errlen) != 0)
+        return -1;
 
     /* Sorted so the digest does not depend on the order entries were given in, and lookups can bsearch. */
     for (size_t m = 0; m < NMAPS; m++)
@@ -1796,6 +1843,22 @@ const char *echod_serialize_name(echod_serialize_t s)
 const char *echod_sched_policy_name(echod_sched_policy_t p)
 {
     return (unsigned)p < 2 ? sched_policy_names[p] : "unknown";
+}
+
+const char *echod_dist_name(echod_dist_kind_t kind)
+{
+    return (unsigned)kind < 3 ? dist_names[kind] : "unknown";
+}
+
+int echod_dist_parse(const char *s, size_t len, echod_dist_kind_t *kind)
+{
+    for (unsigned i = 0; dist_names[i] != NULL; i++) {
+        if (strlen(dist_names[i]) == len && memcmp(dist_names[i], s, len) == 0) {
+            *kind = (echod_dist_kind_t)i;
+            return 0;
+        }
+    }
+    return -1;
 }
 
 const char *echod_log_level_name(echod_log_level_t level)

@@ -36,14 +36,28 @@ typedef struct {
     echod_exec_config_t exec;
 } echod_per_method_t;
 
+/* How a synthetic CPU or sleep time is drawn around its `_us` value (work/draw.h). */
+typedef enum {
+    ECHOD_DIST_CONSTANT = 0, /* always the value */
+    ECHOD_DIST_EXPONENTIAL,  /* exponential with the value as its mean */
+    ECHOD_DIST_STALL,        /* the value, plus stall_us for a fraction stall_fraction of the draws */
+} echod_dist_kind_t;
+
+typedef struct {
+    echod_dist_kind_t kind;
+    double stall_fraction; /* ECHOD_DIST_STALL: the share of draws that stall, 0.0..1.0 */
+    uint32_t stall_us;     /* ECHOD_DIST_STALL: what a stall adds */
+} echod_dist_t;
+
 /*
  * Synthetic work a handler does (README, Synthetic work): server-wide defaults and per-method values in config,
  * overridable per call by request metadata (echod-response-bytes, echod-cpu-us, ...).
  */
 typedef struct {
     int64_t response_bytes; /* -1 = echo the request as it is; else pad/truncate the message to N bytes */
-    uint32_t cpu_us;        /* calibrated busy loop on the handler thread */
-    uint32_t sleep_us;      /* blocking sleep on the handler thread */
+    uint32_t cpu_us;        /* calibrated busy loop on the handler thread (the mean or base of cpu_dist) */
+    uint32_t sleep_us;      /* blocking sleep on the handler thread (the mean or base of sleep_dist) */
+    echod_dist_t cpu_dist, sleep_dist;
     /*
      * Failing on purpose: with status != 0 and error_rate 0, every call fails with status; with
      * error_rate in (0, 1], that fraction of calls fails with status (INTERNAL when status is 0).
@@ -57,6 +71,18 @@ typedef struct {
     char *method; /* full gRPC path */
     echod_work_t work;
 } echod_method_work_t;
+
+/*
+ * The cost model (docs/work-model.md): synthetic CPU charged on the dispatch structure itself,
+ * where grpc-java's JVM spends it, instead of once per call. Server-wide, overridable per call.
+ */
+typedef struct {
+    bool enabled;
+    uint32_t call_cpu_us;    /* per call, on the loop: half with the request headers, half with the trailers */
+    uint32_t step_cpu_us;    /* per step that runs, on the thread that runs it */
+    uint32_t handoff_cpu_us; /* per cross-thread hand-off (dispatch, loop task), on the receiving thread */
+    uint32_t message_cpu_us; /* per message in and per message out, where it is decoded or encoded */
+} echod_work_model_t;
 
 typedef enum { ECHOD_SERIALIZE_AUTO = 0, ECHOD_SERIALIZE_ALWAYS } echod_serialize_t;
 /* The Linux scheduling policy of every echod thread: SCHED_OTHER, or SCHED_BATCH, under which a
@@ -114,6 +140,8 @@ typedef struct echod_config {
         uint64_t max_cpu_ms;           /* cap on cpu_us (ms in config; 0..1 h; default 10 s) */
         uint64_t max_sleep_ms;         /* cap on sleep_us (0..1 h; default 10 s) */
         uint32_t max_response_bytes;   /* cap on response_bytes (default 4 MiB) */
+        uint64_t seed;                 /* of every draw (distributions, error_rate); default 1 */
+        echod_work_model_t model;      /* off by default */
         echod_work_t defaults;         /* every method without a per_method entry */
         /*
          * Used instead of `defaults` for that method. An entry starts from the values `defaults` has
@@ -216,6 +244,9 @@ const char *echod_exec_mode_name(echod_exec_mode_t mode);
 const char *echod_flush_name(echod_flush_t flush);
 const char *echod_serialize_name(echod_serialize_t s);
 const char *echod_sched_policy_name(echod_sched_policy_t p);
+const char *echod_dist_name(echod_dist_kind_t kind);
+/* "constant", "exponential" or "stall" -> 0 and *kind; anything else -1. */
+int echod_dist_parse(const char *s, size_t len, echod_dist_kind_t *kind);
 const char *echod_log_level_name(echod_log_level_t level);
 const char *echod_log_format_name(echod_log_format_t format);
 

@@ -4,7 +4,6 @@
 #include <string.h>
 #include <time.h>
 #include "dispatch/call.h"
-#include "services/work.h"
 #include "util/clock.h"
 #include "util/err.h"
 
@@ -20,6 +19,26 @@ static void serializer_release(echod_serializer_t *s)
     echod_call_release((echod_call_t *)((char *)s - offsetof(echod_call_t, serializer)));
 }
 
+/* The kind of thread the caller runs on, for the model's counters. */
+static echod_charge_thread_t thread_of(const echod_call_t *call)
+{
+    return call->ops->on_home(call) ? ECHOD_CHARGE_ON_LOOP : ECHOD_CHARGE_ON_WORKER;
+}
+
+/* A charge where the caller does not know which thread it is on (messages: any step's thread). */
+static void charge_here(const echod_call_t *call, echod_charge_kind_t kind)
+{
+    if (call->spec.model.on)
+        echod_model_charge(&call->spec.model, kind, thread_of(call));
+}
+
+/* A dispatch's drain (or pass-through step) starts on a worker: the hand-off it received. */
+static void serializer_handoff(echod_serializer_t *s)
+{
+    const echod_call_t *call = (const echod_call_t *)((char *)s - offsetof(echod_call_t, serializer));
+    echod_model_charge(&call->spec.model, ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_WORKER);
+}
+
 void echod_call_init(echod_call_t *call, const echod_call_ops_t *ops, const echod_dispatcher_t *dispatcher)
 {
     call->ops = ops;
@@ -32,6 +51,7 @@ void echod_call_init(echod_call_t *call, const echod_call_ops_t *ops, const echo
     echod_serializer_init(&call->serializer, dispatcher->exec, dispatcher->exec_metrics, dispatcher->mode);
     call->serializer.owner_retain = serializer_retain;
     call->serializer.owner_release = serializer_release;
+    call->spec.model.on = 0; /* until admission resolves it: a call shed or rejected is charged nothing */
     ECHOD_COUNT(echod_metrics.calls_in_flight);
 }
 
@@ -104,7 +124,7 @@ const echod_registry_t *echod_call_registry(const echod_call_t *call)
 
 /* --- admission: server policy, on the home thread once HEADERS is complete --- */
 
-echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_t *over, unsigned set, char **work_error)
+echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_over_t *over, char **work_error)
 {
     const echod_dispatcher_t *d = call->dispatcher;
     const echod_config_t *cfg = d->cfg;
@@ -132,7 +152,13 @@ echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_t *over, uns
         call->work_error = *work_error;
         *work_error = NULL;
     }
-    echod_work_resolve(cfg, call->path, over, set, &call->work, &call->work_error);
+    echod_work_resolve(cfg, call->path, over, call->seq, m == NULL || !m->on_loop, &call->spec, &call->work_error);
+    if (call->spec.model.on) {
+        /* before any step: the drains that run this call's steps charge the hand-off they received */
+        if (call->spec.model.us[ECHOD_CHARGE_HANDOFF] != 0)
+            call->serializer.on_handoff = serializer_handoff;
+        echod_model_charge_call(&call->spec.model, 0);
+    }
     return ECHOD_ADMIT_ACCEPTED;
 }
 
@@ -260,6 +286,7 @@ static void do_message(echod_call_t *call, echod_msg_t *msg)
     ECHOD_COUNT(mm->msg_received);
     /* clock reads are a visible share of a call: share them with the step's (timing on) */
     uint64_t t0 = call->step_started_ns != 0 ? call->step_started_ns : echod_now_ns();
+    charge_here(call, ECHOD_CHARGE_MESSAGE); /* grpc-java parses the request here, in messagesAvailable */
     call->method->on_message(call, msg);
     call->step_ended_ns = echod_now_ns(); /* step_run takes it as the step's end */
     echod_histogram_observe(&mm->msg_handling, (call->step_ended_ns - t0) / 1000);
@@ -316,6 +343,7 @@ static void step_run(echod_step_t *step)
             call->queue_ns += call->step_started_ns - ready;
     }
     call->step_ended_ns = 0; /* read above; handler code sets it as it ends (do_message, close) */
+    echod_call_charge(call, ECHOD_CHARGE_STEP, on_loop ? ECHOD_CHARGE_ON_LOOP : ECHOD_CHARGE_ON_WORKER);
     run_step(call, kind, msg);
     /* the serializer holds a reference while a step runs, so the call is still here */
     if (submitted != 0 && kind != ECHOD_STEP_CLOSED) {
@@ -424,6 +452,7 @@ void echod_call_send(echod_call_t *call, echod_msg_t *msg)
         return;
     }
     ECHOD_COUNT(echod_metrics.methods[call->method->metrics_index].msg_sent);
+    charge_here(call, ECHOD_CHARGE_MESSAGE); /* grpc-java serializes and frames it here, in sendMessage */
     msg = call_encode(call, msg);
     atomic_fetch_add_explicit(&call->out_bytes, echod_msg_frame_len(msg), memory_order_relaxed);
     call->ops->send(call, msg);

@@ -4,7 +4,7 @@
  * The call is the dispatch side of a stream. The transport (transport/stream.h) embeds it in its
  * stream, drives it and is reached from here only through the call's ops table: dispatch never
  * sees a socket, a session or a loop. Fields say who owns them:
- *  - the transport's home thread (the I/O loop that owns the stream): `path`, `chain`,
+ *  - the transport's home thread (the I/O loop that owns the stream): `path`, `seq`, `chain`,
  *    `final_code` (written before the closed step is submitted);
  *  - the handler, inside steps only (steps of one call never run concurrently): `h`, the timing
  *    sums;
@@ -26,6 +26,7 @@
 #include "grpc/codec.h"
 #include "grpc/deframe.h"
 #include "grpc/status.h"
+#include "work/spec.h"
 
 typedef struct echod_call echod_call_t;
 
@@ -73,10 +74,14 @@ struct echod_call {
     /* :path as received, owned by the transport (valid for the call's life; NULL if none came) */
     const char *path;
     size_t path_len;
+    /* The call's number on its loop, in the order HEADERS arrived (set by the transport before
+     * admission): the key of its draws (work/draw.h) unless echod-seed gives one. */
+    uint64_t seq;
     uint64_t started_ns;
     int final_code; /* the status the call ended with: written by the transport before `closed` */
-    /* Synthetic work for this call: resolved by echod_call_admit, read-only after. */
-    echod_work_t work;
+    /* Synthetic work and the cost model for this call: resolved by echod_call_admit, read-only
+     * after but for spec.draws, which the steps advance (they never overlap). */
+    echod_work_spec_t spec;
     /* grpc-encoding of the request and of the response: set by the transport when HEADERS
      * completes, read-only after (the first step is submitted after it) */
     echod_encoding_t in_encoding, out_encoding;
@@ -119,10 +124,29 @@ void echod_call_release(echod_call_t *call);
 /*
  * HEADERS is complete and passed the HTTP checks: looks the method up (once per call), switches
  * an on_loop method to the inline runner, applies limits.max_calls_in_flight to the rest and
- * resolves the call's work from the config and the echod-* headers (`over`/`set`; *work_error
- * is taken when metadata overrides are allowed). A shed call has no work resolved.
+ * resolves the call's work spec from the config and the echod-* headers (`over`; *work_error is
+ * taken when metadata overrides are allowed), then charges the model's request-headers half of
+ * the call. A shed call has no work resolved and is charged nothing.
  */
-echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_t *over, unsigned set, char **work_error);
+echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_over_t *over, char **work_error);
+
+/*
+ * The cost model's charge of one step, hand-off or message (work/model.h) for this call, burnt
+ * on the calling thread, which is of the kind `thread`. One branch when the call's model is off.
+ * Any thread, inside the call's life.
+ */
+static inline void echod_call_charge(const echod_call_t *call, echod_charge_kind_t kind, echod_charge_thread_t thread)
+{
+    if (call->spec.model.on)
+        echod_model_charge(&call->spec.model, kind, thread);
+}
+
+/* Home thread: the trailers' half of the model's call charge, as the call's status is queued. */
+static inline void echod_call_charge_trailers(const echod_call_t *call)
+{
+    if (call->spec.model.on)
+        echod_model_charge_call(&call->spec.model, 1);
+}
 
 /* The one entry for steps: counts the step in echod_call_steps_total, then serializes it. Only
  * the transport's pump calls it, holding a reference (the inline runner takes none). */

@@ -78,6 +78,8 @@ static void drain_run(echod_task_t *task)
     echod_serializer_t *s = (echod_serializer_t *)((char *)task - offsetof(echod_serializer_t, drain));
     echod_exec_t *exec = s->exec;
     echod_step_t *step;
+    if (s->on_handoff != NULL && !echod_exec_is_direct(exec))
+        s->on_handoff(s);
     /* like SerializingExecutor.run: stop after a step that switched the executor */
     while (s->exec == exec && (step = mpsc_pop(s)) != NULL)
         step->run(step);
@@ -104,6 +106,7 @@ void echod_serializer_init(echod_serializer_t *s, echod_exec_t *exec, echod_exec
     atomic_init(&s->tail, &s->stub);
     s->drain.next = NULL;
     s->drain.run = drain_run;
+    s->on_handoff = NULL;
     s->inline_busy = 0;
     s->iq_head = s->iq_tail = NULL;
 }
@@ -137,6 +140,8 @@ static void passthrough_run(echod_task_t *task)
 {
     echod_step_t *step = (echod_step_t *)task;
     echod_serializer_t *s = step->owner; /* read before run: the step may free itself */
+    if (s->on_handoff != NULL)           /* pass-through is only ever a one-thread pool's */
+        s->on_handoff(s);
     step->run(step);
     s->owner_release(s);
 }

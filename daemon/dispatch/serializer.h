@@ -41,6 +41,10 @@ typedef struct echod_serializer echod_serializer_t;
 struct echod_serializer {
     void (*owner_retain)(echod_serializer_t *s);
     void (*owner_release)(echod_serializer_t *s);
+    /* NULL (init), or set by the owner before the first submit: called on the receiving thread
+     * as a drain or a pass-through step starts there after a dispatch that crossed threads
+     * (not through `direct`), for the cost model's hand-off charge (work/model.h). */
+    void (*on_handoff)(echod_serializer_t *s);
     /* Where the next drain goes; changed only by a step running on this serializer. */
     echod_exec_t *exec;
     echod_exec_metrics_t *exec_metrics;

@@ -56,6 +56,9 @@ static double process_start_time;
 
 static const char *const grpc_type_names[] = {"unary", "client_stream", "server_stream", "bidi_stream"};
 static const char *const loop_task_names[ECHOD_LOOP_TASK__COUNT] = {"request", "write", "close"};
+static const char *const charge_names[ECHOD_CHARGE__COUNT] = {"call", "step", "handoff", "message"};
+static const char *const charge_thread_names[ECHOD_CHARGE_THREAD__COUNT] = {"loop", "worker"};
+static const char *const drawn_names[ECHOD_DRAWN__COUNT] = {"cpu", "sleep"};
 static const char *const flush_trigger_names[ECHOD_FLUSH_TRIGGER__COUNT] = {"loop_tail", "read_complete", "immediate",
                                                                             "loop_task"};
 
@@ -139,6 +142,8 @@ void echod_metrics_init(const echod_config_t *cfg)
     metrics_cfg = cfg;
     histogram_setup(&echod_metrics.flush_frames, flush_frames_bounds, NELEMS(flush_frames_bounds), 1);
     histogram_setup(&echod_metrics.flush_bytes, flush_bytes_bounds, NELEMS(flush_bytes_bounds), 1);
+    for (size_t k = 0; k < ECHOD_DRAWN__COUNT; k++)
+        histogram_setup(&echod_metrics.work_drawn[k], latency_bounds_us, NELEMS(latency_bounds_us), 1e-6);
     process_start_time = compute_start_time();
 }
 
@@ -716,6 +721,34 @@ Exit:
         free(labels[i].base);
 }
 
+/* Synthetic work: the cost model's charges (work/model.h) and the draws (work/draw.h). */
+static void render_work(mbuf_t *b)
+{
+    char num[64];
+    family(b, "echod_work_model_cpu_seconds_total", "counter",
+           "CPU the cost model charged (work.model), by kind of charge and kind of thread that burnt it.");
+    for (size_t k = 0; k < ECHOD_CHARGE__COUNT; k++) {
+        for (size_t t = 0; t < ECHOD_CHARGE_THREAD__COUNT; t++) {
+            format_double(num, sizeof(num), (double)load(&echod_metrics.work_model_cpu_ns[k][t]) / 1e9);
+            mbuf_printf(b, "echod_work_model_cpu_seconds_total{kind=\"%s\",thread=\"%s\"} %s\n", charge_names[k],
+                        charge_thread_names[t], num);
+        }
+    }
+    family(b, "echod_work_model_charges_total", "counter",
+           "Charges of the cost model: calls, steps run, hand-offs received, messages in and out.");
+    for (size_t k = 0; k < ECHOD_CHARGE__COUNT; k++)
+        for (size_t t = 0; t < ECHOD_CHARGE_THREAD__COUNT; t++)
+            mbuf_printf(b, "echod_work_model_charges_total{kind=\"%s\",thread=\"%s\"} %" PRIu64 "\n", charge_names[k],
+                        charge_thread_names[t], load(&echod_metrics.work_model_charges[k][t]));
+    family(b, "echod_work_drawn_seconds", "histogram",
+           "Synthetic CPU and sleep as drawn per handler run (a call, or a bidi message), by kind.");
+    for (size_t k = 0; k < ECHOD_DRAWN__COUNT; k++) {
+        char labels[32];
+        snprintf(labels, sizeof(labels), "kind=\"%s\"", drawn_names[k]);
+        histogram_series(b, "echod_work_drawn_seconds", labels, &echod_metrics.work_drawn[k]);
+    }
+}
+
 static void render_process(mbuf_t *b)
 {
     char num[64], buf[4096];
@@ -796,6 +829,16 @@ static pthread_mutex_t stage_mutex = PTHREAD_MUTEX_INITIALIZER;
 static char stage_name[ECHOD_STAGE_NAME_MAX + 1] = "";
 static double stage_started;
 static uint64_t stage_marks;
+
+/* Set by the admin module as /readyz changes (rarely), read by scrapes. */
+static _Atomic int readiness_ready;
+static _Atomic int readiness_draining;
+
+void echod_metrics_set_readiness(int ready, int draining)
+{
+    atomic_store_explicit(&readiness_ready, ready, memory_order_relaxed);
+    atomic_store_explicit(&readiness_draining, draining, memory_order_relaxed);
+}
 
 echod_loop_metrics_t *echod_metrics_add_loop(unsigned index)
 {
@@ -896,6 +939,11 @@ static void render_cgroup(mbuf_t *b)
 
 static void render_saturation(mbuf_t *b)
 {
+    family(b, "echod_ready", "gauge", "1 while /readyz answers 200: every thread runs, no SIGTERM yet.");
+    mbuf_printf(b, "echod_ready %d\n", atomic_load_explicit(&readiness_ready, memory_order_relaxed));
+    family(b, "echod_draining", "gauge",
+           "1 from SIGTERM on: /readyz 503, health NOT_SERVING, then GOAWAY and the drain.");
+    mbuf_printf(b, "echod_draining %d\n", atomic_load_explicit(&readiness_draining, memory_order_relaxed));
     size_t n = atomic_load(&echod_metrics.nloops);
     char num[64];
     family(b, "echod_loop_busy_ratio", "gauge", "I/O loop thread CPU time over wall time, last 100 ms sample.");
@@ -971,6 +1019,13 @@ static void render_build_info(mbuf_t *b)
         mbuf_label(b, 0, "coalesce_end_stream", cfg->dispatch.coalesce_end_stream ? "true" : "false");
         mbuf_label(b, 0, "flush", echod_flush_name(cfg->transport.flush));
         mbuf_label(b, 0, "sched_policy", echod_sched_policy_name(cfg->dispatch.sched_policy));
+        /* flat cost or cost model: the unit costs a scrape was priced with (per call they may differ) */
+        const echod_work_model_t *m = &cfg->work.model;
+        char model[96] = "off";
+        if (m->enabled)
+            snprintf(model, sizeof(model), "call=%u,step=%u,handoff=%u,message=%u", m->call_cpu_us, m->step_cpu_us,
+                     m->handoff_cpu_us, m->message_cpu_us);
+        mbuf_label(b, 0, "work_model", model);
         mbuf_label(b, 0, "config_sha256", cfg->sha256);
     }
     mbuf_puts(b, "} 1\n");
@@ -985,6 +1040,7 @@ char *echod_metrics_render(size_t *len)
     render_executors(&b);
     render_calls(&b);
     render_grpc(&b);
+    render_work(&b);
     render_saturation(&b);
     render_process(&b);
 

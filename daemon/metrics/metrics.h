@@ -23,6 +23,7 @@
 #include "dispatch/step.h"
 #include "grpc/codec.h"
 #include "transport/events.h"
+#include "work/charges.h"
 
 typedef enum {
     ECHOD_GRPC_UNARY = 0,
@@ -129,6 +130,10 @@ typedef struct {
     echod_loop_metrics_t loops[ECHOD_METRICS_MAX_LOOPS];
     _Atomic size_t nloops;
     echod_histogram_t loop_lag; /* microseconds a 100 ms loop timer fired late, all loops */
+    /* the cost model (work/model.h): nanoseconds charged and charges, by kind and thread */
+    _Atomic uint64_t work_model_cpu_ns[ECHOD_CHARGE__COUNT][ECHOD_CHARGE_THREAD__COUNT];
+    _Atomic uint64_t work_model_charges[ECHOD_CHARGE__COUNT][ECHOD_CHARGE_THREAD__COUNT];
+    echod_histogram_t work_drawn[ECHOD_DRAWN__COUNT]; /* microseconds of synthetic cpu, sleep per draw */
     echod_rest_metrics_t rest;
 } echod_metrics_t;
 
@@ -190,6 +195,10 @@ void echod_metrics_mark_stage(const char *name);
  * ECHOD_STAGE_NAME_MAX + 1) is the calling thread's copy of the last value it saw, which keeps the
  * lock off the path until the name changes. The thread that owns `seen`. */
 void echod_metrics_stage_header(char *seen, size_t cap, const char *name, size_t len);
+
+/* What /readyz answers, as echod_ready and echod_draining: ready 1 once every thread runs,
+ * draining 1 (and ready 0) from SIGTERM on. The admin module sets it; any thread. */
+void echod_metrics_set_readiness(int ready, int draining);
 
 /*
  * Fits echod_exec_set_observer's on_start: ctx is the executor's echod_exec_metrics_t; the wait

@@ -54,6 +54,7 @@ typedef struct echod_loop {
     int rest_done;                        /* its stop has finished (drain) */
     char stage[ECHOD_STAGE_NAME_MAX + 1]; /* the last echod-stage request header seen on this loop */
     echod_pool_t pool;                    /* nghttp2 sessions, calls, gRPC messages (thread-bound); loop thread only */
+    uint64_t calls_seen;                  /* streams begun on this loop: each call's seq (loop thread only) */
     pthread_mutex_t ready_mutex;          /* start-up: the loop thread has built its evloop and queue */
     pthread_cond_t ready_cond;
     int ready;

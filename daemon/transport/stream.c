@@ -4,12 +4,12 @@
 #include <nghttp2/nghttp2.h>
 #include "grpc/status.h"
 #include "grpc/timeout.h"
-#include "services/work.h"
 #include "transport/conn.h"
 #include "transport/loop.h"
 #include "transport/stream.h"
 #include "util/clock.h"
 #include "util/err.h"
+#include "work/spec.h"
 
 static const echod_call_ops_t stream_call_ops;
 
@@ -23,6 +23,7 @@ echod_stream_t *echod_stream_new(struct echod_conn *conn, int32_t id)
     if (s == NULL)
         return NULL;
     echod_call_init(&s->call, &stream_call_ops, &loop->server->dispatcher);
+    s->call.seq = (uint64_t)loop->index << 48 | loop->calls_seen++;
     s->loop = loop;
     s->conn = conn;
     s->id = id;
@@ -144,7 +145,7 @@ void echod_stream_copy_data(echod_stream_t *s, uint8_t *dst, size_t length)
 
 static void submit_headers(echod_stream_t *s, int with_data)
 {
-    size_t echoed = s->call.work.echo_metadata ? s->hdr.meta_count : 0;
+    size_t echoed = s->call.spec.work.echo_metadata ? s->hdr.meta_count : 0;
     nghttp2_nv fixed[7], *nv = echoed != 0 ? echod_must(malloc((7 + echoed) * sizeof(*nv)), "echoed metadata") : fixed;
     nv[0] = (nghttp2_nv)NV(":status", "200");
     nv[1] = (nghttp2_nv)NV("content-type", "application/grpc");
@@ -216,6 +217,7 @@ void echod_stream_close(echod_stream_t *s, int code, const char *message, const 
 {
     if (!send_open(s))
         return;
+    echod_call_charge_trailers(&s->call); /* once: send_open is false from here on */
     int trailers_only = s->send == ECHOD_SEND_IDLE;
     s->send = ECHOD_SEND_TRAILERS_QUEUED;
     s->status_code = code;
@@ -350,7 +352,7 @@ int echod_stream_on_header(nghttp2_session *session, const nghttp2_frame *frame,
     } else if (header_is(name, namelen, "echod-stage")) {
         echod_metrics_stage_header(s->loop->stage, sizeof(s->loop->stage), (const char *)value, valuelen);
     } else if (echod_work_parse_header((const char *)name, namelen, (const char *)value, valuelen, &s->hdr.work,
-                                       &s->hdr.work_set, &s->hdr.work_error)) {
+                                       &s->hdr.work_error)) {
         /* a work knob: also echoed with the rest of the metadata */
         keep_metadata(s, name, namelen, value, valuelen);
     } else if (name[0] != ':' && !is_reserved_header(name, namelen)) {
@@ -411,7 +413,7 @@ void echod_stream_headers_done(echod_stream_t *s)
         s->call.path = s->path;
         s->call.path_len = 0;
     }
-    if (echod_call_admit(&s->call, &s->hdr.work, s->hdr.work_set, &s->hdr.work_error) == ECHOD_ADMIT_SHED) {
+    if (echod_call_admit(&s->call, &s->hdr.work, &s->hdr.work_error) == ECHOD_ADMIT_SHED) {
         refuse(s, ECHOD_RESOURCE_EXHAUSTED, "Server at limits.max_calls_in_flight");
         return;
     }
@@ -619,6 +621,8 @@ static void task_run(echod_loop_msg_t *m)
 {
     stream_task_t *t = (stream_task_t *)m;
     echod_stream_t *s = t->stream;
+    if (t->kind != TASK_WAKE) /* a handler's hop back: the model charges the loop that receives it */
+        echod_call_charge(&s->call, ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_LOOP);
     switch (t->kind) {
     case TASK_REQUEST:
         apply_request(s, t->n);

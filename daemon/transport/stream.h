@@ -96,8 +96,7 @@ struct echod_stream {
         echod_encoding_t encoding; /* grpc-encoding, when supported */
         unsigned accept;           /* grpc-accept-encoding as a set (echod_encoding_accept_parse) */
         uint64_t timeout_ns;       /* 0 = no grpc-timeout */
-        echod_work_t work;   /* echod-* overrides, valid where `work_set` has the bit */
-        unsigned work_set;   /* 1 << ECHOD_WORK_* */
+        echod_work_over_t work;    /* echod-* overrides (work/spec.h) */
         char *work_error;
         char *meta; /* custom request metadata, "name\0value\0" pairs, for echo_metadata */
         size_t meta_len, meta_count;

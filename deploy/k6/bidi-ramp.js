@@ -74,7 +74,6 @@ export const options = {
 const msgLatency = new Trend('bidi_msg_latency_ms', true);
 const msgRtt = new Trend('bidi_msg_rtt_ms', true);
 const echoDropped = new Counter('echo_dropped');
-const echoAnswered = new Counter('echo_answered');
 const probeOk = new Counter('probe_ok');
 const probeFailed = new Counter('probe_failed');
 
@@ -130,7 +129,7 @@ export function bidi() {
     if (ok) {
       c.echoOk.add(1, e.tags);
       // an answer after the schedule's end belongs to no step's goodput
-      if (now - origin < TOTAL_S * 1000) echoAnswered.add(1, c.stageTags(c.stageAt(SCHEDULE, origin, now)));
+      if (now - origin < TOTAL_S * 1000) c.echoAnswered.add(1, c.stageTags(c.stageAt(SCHEDULE, origin, now)));
       msgLatency.add(now - e.due, e.tags);
       msgRtt.add(now - e.sent, e.tags);
     } else {

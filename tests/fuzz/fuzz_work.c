@@ -1,6 +1,6 @@
 /*
  * libFuzzer: request metadata that echod parses itself. The echod-* work headers
- * (daemon/services/work.c) and their resolution against the config caps, then the same bytes as
+ * (daemon/work/spec.c) and their resolution against the config caps, then the same bytes as
  * an EchoRequest: the validator the handlers run (daemon/services/echo.c) and the response
  * reshaping that echod-response-bytes asks for.
  *
@@ -14,6 +14,7 @@
 #include "grpc/deframe.h"
 #include "services/echo.h"
 #include "services/work.h"
+#include "work/spec.h"
 
 static echod_config_t cfg;
 
@@ -43,9 +44,8 @@ static void check_utf8_response(echod_msg_t *out, size_t want)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    echod_work_t over;
+    echod_work_over_t over;
     memset(&over, 0, sizeof(over));
-    unsigned set = 0;
     char *error = NULL;
     const char *p = (const char *)data, *end = p + size;
     while (p < end) {
@@ -57,25 +57,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *value = colon != NULL ? colon + 1 : nl;
         while (value < nl && *value == ' ')
             value++;
-        unsigned before = set;
-        int known = echod_work_parse_header(p, nlen, value, (size_t)(nl - value), &over, &set, &error);
-        if (!known && set != before)
+        unsigned before = over.set;
+        int known = echod_work_parse_header(p, nlen, value, (size_t)(nl - value), &over, &error);
+        if (!known && over.set != before)
             abort();
         if (known && (nlen < 6 || memcmp(p, "echod-", 6) != 0))
             abort();
         p = nl + 1;
     }
-    if (set >= 1u << (ECHOD_WORK_ECHO_METADATA + 1))
+    if (over.set >= 1u << ECHOD_WORK__COUNT)
         abort(); /* a bit no header owns */
 
-    echod_work_t out;
+    echod_work_spec_t spec;
     char *why = NULL;
-    echod_work_resolve(&cfg, "/grpc.examples.echo.Echo/UnaryEcho", &over, set, &out, &why);
+    echod_work_resolve(&cfg, "/grpc.examples.echo.Echo/UnaryEcho", &over, 0, 1, &spec, &why);
+    const echod_work_t *out = &spec.work;
+    uint64_t max_cpu_us = cfg.work.max_cpu_ms * 1000;
+    int model_over = 0;
+    for (int k = 0; k != ECHOD_CHARGE__COUNT; k++)
+        model_over |= spec.model.us[k] > max_cpu_us;
     if (why == NULL &&
-        ((uint64_t)out.cpu_us > cfg.work.max_cpu_ms * 1000 || (uint64_t)out.sleep_us > cfg.work.max_sleep_ms * 1000 ||
-         out.response_bytes > (int64_t)cfg.work.max_response_bytes || out.response_bytes < -1 || out.status > 16 ||
-         !(out.error_rate >= 0.0 && out.error_rate <= 1.0)))
+        ((uint64_t)out->cpu_us > max_cpu_us || (uint64_t)out->sleep_us > cfg.work.max_sleep_ms * 1000 ||
+         out->cpu_dist.stall_us > max_cpu_us || out->sleep_dist.stall_us > cfg.work.max_sleep_ms * 1000 ||
+         out->response_bytes > (int64_t)cfg.work.max_response_bytes || out->response_bytes < -1 || out->status > 16 ||
+         !(out->error_rate >= 0.0 && out->error_rate <= 1.0) || model_over))
         abort(); /* accepted work outside the caps */
+    if (model_over)
+        abort(); /* a call over the caps is priced as the server prices calls */
+    echod_drawn_t d;
+    echod_draw_work(out, &spec.draws, max_cpu_us, cfg.work.max_sleep_ms * 1000, &d);
+    if (why == NULL && (d.cpu_us > max_cpu_us || d.sleep_us > cfg.work.max_sleep_ms * 1000))
+        abort(); /* a draw above its cap */
     free(why);
     free(error);
 

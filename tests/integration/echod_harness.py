@@ -37,7 +37,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from echodlib.paths import ECHOD_BIN, ROOT  # noqa: E402,F401
 from echodlib.ports import free_port, port_open  # noqa: E402,F401
 from echodlib.prom import Metrics, http_get, metric_delta, parse_metrics  # noqa: E402,F401
-from echodlib.prom import _LABEL_RE, _unescape  # noqa: E402,F401  (names tests may still import)
 from echodlib.daemon import Echod, EchodError, describe_exit  # noqa: E402,F401
 
 SANITIZER = os.environ.get("ECHOD_SANITIZER", "")

@@ -254,6 +254,26 @@ class CheckConfig(unittest.TestCase):
                 self.assertEqual(cfg["arm"], os.path.basename(path)[:-5],
                                  "arm name should match the file name")
 
+    def test_files_in_order(self):
+        """--config more than once: each file over the ones before it, --set over them all, and
+        an error in a later file named by that file's line."""
+        with tempfile.TemporaryDirectory(prefix="echod-cfg-") as tmp:
+            later = os.path.join(tmp, "model.yaml")
+            with open(later, "w") as f:
+                f.write("work:\n  model: {enabled: true, step_cpu_us: 20}\ntransport: {flush: read_complete}\n")
+            arm = os.path.join(ROOT, "config", "arms", "cached.yaml")
+            r = run(["--config", arm, "--check-config", later, "--set", "work.model.step_cpu_us=30"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            cfg = yaml.safe_load(r.stdout)
+            self.assertEqual((cfg["arm"], cfg["executor"]["mode"]), ("cached", "cached"))
+            self.assertEqual(cfg["transport"]["flush"], "read_complete")
+            self.assertEqual((cfg["work"]["model"]["enabled"], cfg["work"]["model"]["step_cpu_us"]), (True, 30))
+            with open(later, "w") as f:
+                f.write("work:\n  model: {enabled: maybe}\n")
+            r = run(["--config", arm, "--check-config", later])
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("%s:2:20: work.model.enabled: expected a boolean" % later, r.stderr)
+
     def test_version_and_help(self):
         r = run(["--version"])
         self.assertEqual(r.returncode, 0, r.stderr)

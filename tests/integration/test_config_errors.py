@@ -30,7 +30,7 @@ METHOD = "/grpc.examples.echo.Echo/UnaryEcho"
 
 # Bad values by the kind of key, as YAML text. Every scalar key also gets a sequence and a mapping.
 ENUMS = {"transport.flush", "executor.mode", "dispatch.serialize", "dispatch.sched_policy", "log.level",
-         "log.format"}
+         "log.format", "work.defaults.cpu_dist", "work.defaults.sleep_dist"}
 HOSTPORTS = {"listen.grpc", "listen.admin", "listen.rest"}
 DURATION_RE = re.compile(r"^\d+(ms|s|m)$")
 BAD = {

@@ -5,6 +5,7 @@ message when kubectl is not installed; kubectl is not a Debian package).
 Run on its own: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_deploy.py
 """
 
+import json
 import os
 import re
 import shlex
@@ -525,6 +526,96 @@ class Kustomize(unittest.TestCase):
                         env = {e["name"]: e.get("value") for e in obj["spec"]["runner"]["env"]}
                     self.assertEqual(env["ARM"], arm)
                     self.assert_target(env["TARGET"], arm)
+
+    def test_make_run_parallel(self):
+        """--parallelism 2: an Indexed Job of two pods (each its segment, from its index) and a
+        TestRun of two runners; both with remote write to Prometheus and the run's tags given on
+        k6's command line (a --tag replaces the script's own, and the operator adds two)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            for variant, kind in (([], "Job"), (["--testrun"], "TestRun")):
+                with self.subTest(kind=kind):
+                    d = os.path.join(tmp, kind)
+                    p = subprocess.run([os.path.join(K8S, "k6", "make-run"), "--dir", d,
+                                        "--parallelism", "2", "--prometheus",
+                                        "http://prometheus.monitoring:9090/"] + variant +
+                                       ["direct", "unary-ramp.js", "STEP_DURATION=1m"],
+                                       capture_output=True, text=True, cwd=tmp)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    obj = one(kustomize(d), kind)
+                    if kind == "Job":
+                        spec = obj["spec"]
+                        self.assertEqual((spec["completionMode"], spec["completions"],
+                                          spec["parallelism"]), ("Indexed", 2, 2))
+                        c = spec["template"]["spec"]["containers"][0]
+                        env = {e["name"]: e.get("value") for e in c["env"]}
+                        self.assertEqual(env["RUNNERS"], "2")
+                        self.assertEqual(env["HOLD_SECONDS"], "0", "no pod held for kubectl cp")
+                        script = c["args"][0]
+                        for want in ("JOB_COMPLETION_INDEX", "--execution-segment ",
+                                     "--execution-segment-sequence", "instance_id=",
+                                     "experimental-prometheus-rw", '--tag "arm=${ARM}"'):
+                            self.assertIn(want, script)
+                        sh = subprocess.run(["sh", "-n", "-c", script], capture_output=True,
+                                            text=True)
+                        self.assertEqual(sh.returncode, 0, sh.stderr)
+                    else:
+                        spec = obj["spec"]
+                        self.assertEqual(spec["parallelism"], 2)
+                        self.assertEqual(spec["arguments"].split(), [
+                            "--tag", "arm=direct", "--tag", "script=unary-ramp", "--tag",
+                            "testid=direct-unary-ramp", "--out", "experimental-prometheus-rw"])
+                        env = {e["name"]: e.get("value") for e in spec["runner"]["env"]}
+                    self.assertEqual(env["K6_PROMETHEUS_RW_SERVER_URL"],
+                                     "http://prometheus.monitoring:9090/api/v1/write")
+                    self.assertEqual(env["K6_PROMETHEUS_RW_TREND_AS_NATIVE_HISTOGRAM"], "true")
+                    self.assertEqual(env["STEP_DURATION"], "1m")
+            for bad in (["--parallelism", "0"], ["--parallelism", "two"],
+                        ["--prometheus", "prometheus:9090"]):
+                p = subprocess.run([os.path.join(K8S, "k6", "make-run"), "--dir",
+                                    os.path.join(tmp, "bad")] + bad + ["direct", "unary-ramp.js"],
+                                   capture_output=True, text=True, cwd=tmp)
+                self.assertEqual(p.returncode, 2, bad)
+                self.assertIn("make-run: --", p.stderr)
+
+    def test_monitoring(self):
+        """k8s/monitoring: the PodMonitor (and the ServiceMonitor) select every arm's server pods
+        (Services) on a port they have, copying the arm label; the rules as a PrometheusRule
+        are the rule file's groups; the dashboard's ConfigMap carries the Grafana sidecar's
+        label and the dashboard itself."""
+        docs = kustomize(os.path.join(K8S, "monitoring"))
+        pm, rule, cm = one(docs, "PodMonitor"), one(docs, "PrometheusRule"), one(docs, "ConfigMap")
+        with open(os.path.join(K8S, "monitoring", "servicemonitor.yaml")) as f:
+            sm = yaml.safe_load(f)
+        self.assertEqual(pm["apiVersion"], "monitoring.coreos.com/v1")
+        self.assertEqual(pm["spec"]["podTargetLabels"], ["arm"])
+        self.assertEqual(sm["spec"]["targetLabels"], ["arm"])
+        with open(os.path.join(K8S, "monitoring", "echod-rules.yaml")) as f:
+            self.assertEqual(rule["spec"]["groups"], yaml.safe_load(f)["groups"])
+        self.assertEqual(cm["metadata"]["labels"].get("grafana_dashboard"), "1")
+        self.assertEqual(cm["metadata"]["name"], "echod-dashboard")
+        dash = json.loads(cm["data"]["echod-dashboard.json"])
+        self.assertEqual(dash["uid"], "echod-capacity")
+
+        def selects(sel, labels):
+            return all(labels.get(e["key"]) in e["values"] for e in sel.get("matchExpressions", [])
+                       if e["operator"] == "In") and all(
+                labels.get(k) == v for k, v in sel.get("matchLabels", {}).items())
+        for arm in ("direct", "cached"):
+            arm_docs = kustomize(os.path.join(K8S, "arms", arm))
+            dep, svc = one(arm_docs, "Deployment"), one(arm_docs, "Service")
+            tpl = dep["spec"]["template"]
+            self.assertTrue(selects(pm["spec"]["selector"], tpl["metadata"]["labels"]), arm)
+            self.assertEqual(tpl["metadata"]["labels"]["arm"], arm)
+            ports = [p["name"] for c in tpl["spec"]["containers"] for p in c.get("ports", [])]
+            for ep in pm["spec"]["podMetricsEndpoints"]:
+                self.assertIn(ep["port"], ports)
+                self.assertEqual(ep["path"], tpl["metadata"]["annotations"]["prometheus.io/path"])
+            self.assertTrue(selects(sm["spec"]["selector"], svc["metadata"]["labels"]), arm)
+            self.assertEqual(svc["metadata"]["labels"]["arm"], arm)
+            self.assertIn(sm["spec"]["endpoints"][0]["port"], [p["name"] for p in svc["spec"]["ports"]])
+        # the load generator's pods are not scraped as servers
+        job = one(kustomize(os.path.join(K8S, "k6")), "Job")
+        self.assertFalse(selects(pm["spec"]["selector"], job["spec"]["template"]["metadata"]["labels"]))
 
     def check_scripts(self, cm):
         for f in sorted(os.listdir(K6_DIR)):

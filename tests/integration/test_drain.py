@@ -255,6 +255,8 @@ class Announce(unittest.TestCase):
                 self.assertEqual(c1.unary("pre").grpc_status, 0)
                 self.assertEqual(stub1.UnaryEcho("pre", timeout=T), "pre")
                 self.assertEqual(d.http_get("/readyz")[0], 200)
+                m = d.metrics()
+                self.assertEqual((m.metric("echod_ready"), m.metric("echod_draining")), (1, 0))
                 d.proc.send_signal(signal.SIGTERM)
                 t0 = time.monotonic()
                 while d.http_get("/readyz")[0] != 503:
@@ -262,6 +264,9 @@ class Announce(unittest.TestCase):
                     time.sleep(0.01)
                 t_ready = time.monotonic() - t0
                 self.assertEqual(d.http_get("/healthz")[0], 200)
+                # /metrics says it too (the readiness alert and the drain panel read these)
+                m = d.metrics()
+                self.assertEqual((m.metric("echod_ready"), m.metric("echod_draining")), (0, 1))
 
                 # the announce second: still serving, new connections included
                 ch2 = d.channel()

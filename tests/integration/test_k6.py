@@ -192,6 +192,27 @@ class ShippedScripts(unittest.TestCase):
                 self.assertEqual(stages, {"s01", "s02"})
                 self.unary_rows_ok(rows, 20)
 
+    def test_unary_ramp_rates_and_slices(self):
+        """What bench/study's open-model ramp reads: uneven steps (RATES), every VU connected
+        before the ramp (PRECONNECT, none late), the p99 of each slice of a step, answers by the
+        step they arrived in, and the ramp's wall-clock start in setup_data."""
+        s, rows = self.run_script("unary-ramp", {"RATES": "10,30", "STEP_DURATION": "1s",
+                                                 "SLICE_SECONDS": "0.5", "VUS": "3",
+                                                 "CONNECT_SECONDS": "2"}, "0")
+        self.assertEqual([(st["offered"], st["slices"]) for st in s["schedule"]], [(10, 2), (30, 2)])
+        for st in ("s01", "s02"):
+            for k in ("00", "01"):
+                self.assertTrue(count(s, "grpc_req_duration{stage:%s,slice:%s}" % (st, k)), (st, k))
+        answered = sum(count(s, "echo_answered{stage:%s}" % st) for st in ("s01", "s02"))
+        self.assertGreater(answered, 0)
+        self.assertLessEqual(answered, count(s, "echo_ok"))
+        self.assertEqual(count(s, "late_connects"), 0)
+        start = s["summary"]["setup_data"]["ramp_start_ms"] / 1000.0
+        first = min(float(r["timestamp"]) for r in rows if r["metric_name"] == "echo_sent")
+        self.assertGreaterEqual(first + 1, start)  # CSV timestamps are whole seconds here
+        self.assertEqual({r["tags"].get("slice") for r in rows
+                          if r["metric_name"] == "grpc_req_duration"}, {"00", "01"})
+
     def test_bidi_ramp(self):
         for reflect in ("1", "0"):
             with self.subTest(reflect=reflect):

@@ -178,8 +178,8 @@ static void fake_begin(fake_stream_t *f, const echod_dispatcher_t *d, const char
     f->call.path = path;
     f->call.path_len = strlen(path);
     char *work_error = NULL;
-    echod_work_t over = {0};
-    CHECK(echod_call_admit(&f->call, &over, 0, &work_error) == ECHOD_ADMIT_ACCEPTED);
+    echod_work_over_t over = {0};
+    CHECK(echod_call_admit(&f->call, &over, &work_error) == ECHOD_ADMIT_ACCEPTED);
     free(work_error);
 }
 
@@ -351,6 +351,95 @@ static void test_unknown_method(void)
     echod_config_free(&cfg);
 }
 
+static uint64_t charges(echod_charge_kind_t kind, echod_charge_thread_t thread)
+{
+    return echod_metrics_value(&echod_metrics.work_model_charges[kind][thread]);
+}
+
+/*
+ * The cost model (work/model.h) charges where the work happens: every step that runs on the
+ * thread that runs it (a merged step once), each message in its step and as it is sent, the
+ * request-headers half of the call at admission on the loop, and a hand-off for every dispatch
+ * that crossed threads, on the worker that took it (the transport charges its loop tasks).
+ */
+static void test_model_charges(void)
+{
+    static const struct {
+        const char *sets[5];
+        int steps, crosses; /* steps per call; dispatches are hand-offs */
+        echod_charge_thread_t where;
+    } variants[] = {
+        {{"executor.mode=direct", NULL}, 6, 0, ECHOD_CHARGE_ON_LOOP},
+        {{"executor.mode=direct", "dispatch.merge_lookup_and_start=true", "dispatch.coalesce_end_stream=true", NULL},
+         4,
+         0,
+         ECHOD_CHARGE_ON_LOOP},
+        /* a SerializingExecutor around direct dispatches, but on the submitting thread: no hand-off */
+        {{"executor.mode=direct", "dispatch.serialize=always", NULL}, 6, 0, ECHOD_CHARGE_ON_LOOP},
+        {{"executor.mode=fixed", "executor.threads=1", NULL}, 6, 1, ECHOD_CHARGE_ON_WORKER},
+        {{"executor.mode=fixed", "executor.threads=1", "dispatch.unwrap_sequential=true", NULL},
+         6,
+         1,
+         ECHOD_CHARGE_ON_WORKER},
+    };
+    for (size_t v = 0; v != sizeof(variants) / sizeof(variants[0]); v++) {
+        const char *sets[8];
+        size_t n = 0;
+        for (; variants[v].sets[n] != NULL; n++)
+            sets[n] = variants[v].sets[n];
+        sets[n++] = "work.model={enabled: true, call_cpu_us: 4, step_cpu_us: 1, handoff_cpu_us: 1, message_cpu_us: 1}";
+        sets[n] = NULL;
+        echod_config_t cfg;
+        echod_dispatcher_t d;
+        dispatcher_for(&cfg, &d, sets);
+        uint64_t step0[2], msg0[2], hand0[2], call0 = charges(ECHOD_CHARGE_CALL, ECHOD_CHARGE_ON_LOOP);
+        for (int t = 0; t != 2; t++) {
+            step0[t] = charges(ECHOD_CHARGE_STEP, (echod_charge_thread_t)t);
+            msg0[t] = charges(ECHOD_CHARGE_MESSAGE, (echod_charge_thread_t)t);
+            hand0[t] = charges(ECHOD_CHARGE_HANDOFF, (echod_charge_thread_t)t);
+        }
+        uint64_t disp0 = echod_metrics_value(&d.exec_metrics->dispatches);
+        uint64_t ns0 = echod_metrics_value(&echod_metrics.work_model_cpu_ns[ECHOD_CHARGE_CALL][ECHOD_CHARGE_ON_LOOP]);
+        fake_stream_t *f = calloc(1, sizeof(*f));
+        enum { CALLS = 20 };
+        for (int i = 0; i != CALLS; i++)
+            CHECK(unary_call(&d, f, unary.path) == (uint64_t)variants[v].steps);
+        echod_charge_thread_t w = variants[v].where,
+                              other = w == ECHOD_CHARGE_ON_LOOP ? ECHOD_CHARGE_ON_WORKER : ECHOD_CHARGE_ON_LOOP;
+        uint64_t dispatches = echod_metrics_value(&d.exec_metrics->dispatches) - disp0;
+        CHECK(charges(ECHOD_CHARGE_STEP, w) - step0[w] == (uint64_t)(CALLS * variants[v].steps));
+        CHECK(charges(ECHOD_CHARGE_STEP, other) - step0[other] == 0);
+        CHECK(charges(ECHOD_CHARGE_MESSAGE, w) - msg0[w] == 2 * CALLS);
+        CHECK(charges(ECHOD_CHARGE_MESSAGE, other) - msg0[other] == 0);
+        CHECK(charges(ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_WORKER) - hand0[ECHOD_CHARGE_ON_WORKER] ==
+              (variants[v].crosses ? dispatches : 0));
+        CHECK(charges(ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_LOOP) - hand0[ECHOD_CHARGE_ON_LOOP] == 0);
+        if (variants[v].crosses)
+            CHECK(dispatches >= CALLS);
+        /* the headers' half at admission, counted as the call's one charge; the fake sends no trailers */
+        CHECK(charges(ECHOD_CHARGE_CALL, ECHOD_CHARGE_ON_LOOP) - call0 == CALLS);
+        CHECK(echod_metrics_value(&echod_metrics.work_model_cpu_ns[ECHOD_CHARGE_CALL][ECHOD_CHARGE_ON_LOOP]) - ns0 ==
+              CALLS * 2000);
+        printf("model variant %zu: %d steps, %llu dispatches (%s)\n", v, variants[v].steps,
+               (unsigned long long)dispatches, w == ECHOD_CHARGE_ON_LOOP ? "loop" : "worker");
+        free(f);
+        echod_dispatcher_dispose(&d);
+        echod_config_free(&cfg);
+    }
+
+    /* off (the default), and a health-like on_loop method, charge nothing */
+    echod_config_t cfg;
+    echod_dispatcher_t d;
+    dispatcher_for(&cfg, &d, (const char *const[]){"executor.mode=direct", NULL});
+    uint64_t s0 = charges(ECHOD_CHARGE_STEP, ECHOD_CHARGE_ON_LOOP);
+    fake_stream_t *f = calloc(1, sizeof(*f));
+    CHECK(unary_call(&d, f, unary.path) == 6);
+    CHECK(!f->call.spec.model.on && charges(ECHOD_CHARGE_STEP, ECHOD_CHARGE_ON_LOOP) == s0);
+    free(f);
+    echod_dispatcher_dispose(&d);
+    echod_config_free(&cfg);
+}
+
 int main(void)
 {
     echod_config_t cfg;
@@ -362,6 +451,7 @@ int main(void)
     test_reentrancy_queue();
     test_per_method_switch();
     test_unknown_method();
+    test_model_charges();
     echod_config_free(&cfg);
     return check_done();
 }

@@ -672,9 +672,10 @@ static void test_work(void)
     CHECK(set_fails_with("work.per_method.UnaryEcho.cpu_us=1",
                          "--set work.per_method.UnaryEcho.cpu_us: expected a method path \"/package.Service/Method\" "
                          "after work.per_method., got \"UnaryEcho\""));
-    CHECK(set_fails_with("work.per_method./a/b.cpu=1", "--set work.per_method./a/b.cpu: unknown key \"cpu\"; valid "
-                                                       "keys of per_method entry: response_bytes, cpu_us, sleep_us, "
-                                                       "status, error_rate, echo_metadata"));
+    CHECK(set_fails_with("work.per_method./a/b.cpu=1",
+                         "--set work.per_method./a/b.cpu: unknown key \"cpu\"; valid keys of per_method entry: "
+                         "response_bytes, cpu_us, cpu_dist, cpu_stall_fraction, cpu_stall_us, sleep_us, sleep_dist, "
+                         "sleep_stall_fraction, sleep_stall_us, status, error_rate, echo_metadata"));
     CHECK(set_fails_with("work.per_method./a/b={status: 17}", "--set work.per_method./a/b.status: expected an integer "
                                                               "from 0 to 16, got \"17\""));
     CHECK(set_fails_with("work.per_method={/a/b: 5}", "--set work.per_method./a/b: expected a mapping, got \"5\""));
@@ -697,7 +698,8 @@ static void test_work(void)
                           "got \"UnaryEcho\""));
     CHECK(load_fails_with("work: {per_method: {/a/b: {cpu: 1}}}\n",
                           ":1:28: work.per_method./a/b.cpu: unknown key \"cpu\"; valid keys of per_method entry: "
-                          "response_bytes, cpu_us, sleep_us, status, error_rate, echo_metadata"));
+                          "response_bytes, cpu_us, cpu_dist, cpu_stall_fraction, cpu_stall_us, sleep_us, sleep_dist, "
+                          "sleep_stall_fraction, sleep_stall_us, status, error_rate, echo_metadata"));
     CHECK(load_fails_with("work: {per_method: [a]}\n", ":1:20: work.per_method: expected a mapping, got a sequence"));
     CHECK(load_fails_with("work: {per_method: {/a/b: {}, /a/b: {}}}\n",
                           ":1:31: work.per_method./a/b: duplicate key \"/a/b\" (first at line 1)"));
@@ -718,6 +720,63 @@ static void test_work(void)
     /* An error in an entry is found after the defaults of the same mapping were applied, not before. */
     CHECK(load_fails_with("work:\n  per_method: {/a/b: {status: x}}\n  defaults: {status: y}\n",
                           ":3:22: work.defaults.status: expected an integer from 0 to 16, got \"y\""));
+}
+
+/* work.model, work.seed and the distributions of cpu_us and sleep_us: values, errors, caps. */
+static void test_work_model(void)
+{
+    echod_config_t cfg;
+    char err[1024];
+    CHECK(
+        load_ok("work:\n"
+                "  seed: 18446744073709551615\n"
+                "  defaults: {cpu_us: 400, cpu_dist: stall, cpu_stall_fraction: 0.02, cpu_stall_us: 50000,\n"
+                "             sleep_us: 100, sleep_dist: exponential}\n"
+                "  per_method: {/a.B/C: {cpu_dist: constant}}\n"
+                "  model: {enabled: true, call_cpu_us: 283, step_cpu_us: 14, handoff_cpu_us: 40, message_cpu_us: 24}\n",
+                &cfg));
+    CHECK(cfg.work.seed == UINT64_MAX);
+    CHECK(cfg.work.defaults.cpu_dist.kind == ECHOD_DIST_STALL && cfg.work.defaults.cpu_dist.stall_fraction == 0.02 &&
+          cfg.work.defaults.cpu_dist.stall_us == 50000);
+    CHECK(cfg.work.defaults.sleep_dist.kind == ECHOD_DIST_EXPONENTIAL);
+    CHECK(cfg.work.model.enabled && cfg.work.model.call_cpu_us == 283 && cfg.work.model.step_cpu_us == 14 &&
+          cfg.work.model.handoff_cpu_us == 40 && cfg.work.model.message_cpu_us == 24);
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+    /* an entry starts from the defaults: the stall's fraction and size stay, the kind is its own */
+    const echod_work_t *c = echod_config_method_work(&cfg, "/a.B/C");
+    CHECK(c->cpu_dist.kind == ECHOD_DIST_CONSTANT && c->cpu_dist.stall_us == 50000 && c->cpu_us == 400);
+    CHECK(set(&cfg, "work.model.enabled=false"));
+    CHECK(set(&cfg, "work.defaults.sleep_dist=stall"));
+    CHECK(!cfg.work.model.enabled && cfg.work.model.step_cpu_us == 14);
+    CHECK(cfg.work.defaults.sleep_dist.kind == ECHOD_DIST_STALL);
+    echod_config_free(&cfg);
+
+    CHECK(
+        set_fails_with("work.defaults.cpu_dist=gaussian",
+                       "--set work.defaults.cpu_dist: expected one of constant, exponential, stall, got \"gaussian\""));
+    CHECK(set_fails_with("work.defaults.sleep_stall_fraction=2", "--set work.defaults.sleep_stall_fraction: expected a "
+                                                                 "number from 0.0 to 1.0"));
+    CHECK(set_fails_with("work.seed=-1", "--set work.seed: expected an integer from 0 to 18446744073709551615"));
+    CHECK(set_fails_with("work.model.bogus=1", "--set work.model.bogus: unknown key \"bogus\"; valid keys of model: "
+                                               "enabled, call_cpu_us, step_cpu_us, handoff_cpu_us, message_cpu_us"));
+    CHECK(load_fails_with("work:\n  model:\n    step_cpu_us: -3\n",
+                          ":3:18: work.model.step_cpu_us: expected an integer from 0 to 3600000000, got \"-3\""));
+
+    /* the caps: a stall or a unit cost above work.max_cpu (work.max_sleep) is refused where it was written */
+    CHECK(load_ok("work:\n  max_cpu: 1ms\n  model: {handoff_cpu_us: 1001}\n", &cfg));
+    char want[512];
+    snprintf(want, sizeof(want),
+             "%s:3:27: work.model.handoff_cpu_us: 1001 us is more than work.max_cpu allows (1ms = 1000 us); raise "
+             "work.max_cpu or lower the value",
+             cfg.source);
+    CHECK(finish_fails_with(&cfg, want));
+    echod_config_free(&cfg);
+    echod_config_init(&cfg);
+    CHECK(set(&cfg, "work.max_sleep=2ms"));
+    CHECK(set(&cfg, "work.defaults.sleep_stall_us=2001"));
+    CHECK(finish_fails_with(&cfg, "--set: work.defaults.sleep_stall_us: 2001 us is more than work.max_sleep allows "
+                                  "(2ms = 2000 us); raise work.max_sleep or lower the value"));
+    echod_config_free(&cfg);
 }
 
 static void test_durations(void)
@@ -1422,6 +1481,7 @@ int main(void)
     test_service_keys();
     test_int_and_ratio();
     test_work();
+    test_work_model();
     test_set();
     test_finish();
     test_round_trip();

@@ -1,17 +1,22 @@
 """echodlib: the one Python library of echod's tooling.
 
 Shared by the integration tests (tests/integration/echod_harness.py re-exports it), bench/*,
-bench/study and deploy/report. Standard library only (Debian's /usr/bin/python3), one module
-per need:
+bench/study and deploy/report. Standard library and Debian's packages (/usr/bin/python3), one
+module per need:
 
   paths    the repository root and the echod binary
   ports    free loopback ports
-  prom     /metrics: scrape, parse (Prometheus text 0.0.4), deltas
+  prom     /metrics: scrape, parse (Prometheus text 0.0.4, python3-prometheus-client), deltas,
+           check_exposition
+  promserver a local Prometheus (Debian's) and PromQL over its HTTP API
   stats    percentiles
   procstat CPU time and RSS of a process from /proc
   h2load   running h2load and reading its output
-  k6       finding the k6 binary and its version
+  k6       finding the k6 binary, its version, its busy VUs
   daemon   starting and stopping echod on free ports
+  peers    building and running the grpc-java peer of ../shared/peers (bench/model)
+  sampler  a background time series (CPU, RSS, scrapes) to cut a run by step
+  findings the capacity study's findings: published figures, verdict rules, tables
 
 Import it by putting <root>/tools on sys.path:
 

@@ -1,13 +1,16 @@
-"""The real k6: where it is, which version it is, and the oldest version the scripts load on.
+"""The real k6: where it is, which version it is, the oldest version the scripts load on, and
+its REST API's busy VUs.
 
 Looked for as ../shared/tools/k6 relative to the repository root (the project's copy), then
 K6 in the environment, then `k6` on PATH.
 """
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import urllib.request
 
 from . import paths
 
@@ -48,3 +51,16 @@ def unusable():
     if v < MIN_VERSION:
         return "%s is k6 v%d.%d.%d; deploy/k6 needs v%d.%d.%d or later" % ((k6,) + v + MIN_VERSION)
     return None
+
+
+def busy_vus(api_port, timeout=1.0):
+    """VUs running an iteration now, from the REST API of a `k6 run --address 127.0.0.1:PORT`:
+    its `vus` gauge, which under an arrival-rate executor counts the VUs busy with an iteration,
+    not the pre-allocated pool (k6 v0.53). None when the API does not answer (k6 still
+    initialising its VUs, or gone)."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/v1/metrics/vus" % api_port,
+                                    timeout=timeout) as r:
+            return json.load(r)["data"]["attributes"]["sample"]["value"]
+    except (OSError, ValueError, KeyError):
+        return None

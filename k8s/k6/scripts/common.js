@@ -66,14 +66,17 @@ export function workMetadata(stageName) {
 // ---------------------------------------------------------------------------------------------
 // the stepped schedule
 
-// [{ name: 's01', offered: 200, start_s: 0, duration_s: 120 }, ...] from START to END by STEP.
+// [{ name: 's01', offered: 200, start_s: 0, duration_s: 120 }, ...]: one step per rate.
+export function scheduleOf(rates, stepSeconds) {
+  return rates.map((r, i) => ({ name: `s${String(i + 1).padStart(2, '0')}`, offered: r, start_s: i * stepSeconds, duration_s: stepSeconds }));
+}
+
+// The steps from START to END by STEP.
 export function stepSchedule(start, end, step, stepSeconds) {
   if (step <= 0 || start <= 0 || end < start) throw new Error(`bad ramp START=${start} END=${end} STEP=${step}`);
-  const out = [];
-  for (let r = start, i = 1; r <= end; r += step, i++) {
-    out.push({ name: `s${String(i).padStart(2, '0')}`, offered: r, start_s: (i - 1) * stepSeconds, duration_s: stepSeconds });
-  }
-  return out;
+  const rates = [];
+  for (let r = start; r <= end; r += step) rates.push(r);
+  return scheduleOf(rates, stepSeconds);
 }
 
 // ramping-arrival-rate stages holding each step for its duration, with instant jumps between.
@@ -84,6 +87,39 @@ export function rampingStages(schedule) {
     stages.push({ target: s.offered, duration: `${s.duration_s}s` });
   });
   return stages;
+}
+
+// The schedule a ramp script runs: RATES (a comma-separated list of offered rates, one step
+// each: what bench/study passes, whose steps are not evenly spaced) or else START, END and STEP
+// with the script's defaults; every step held for STEP_DURATION.
+export function scheduleFromEnv(start, end, step, stepDuration) {
+  const seconds = parseDuration(env('STEP_DURATION', stepDuration));
+  const rates = env('RATES', '');
+  if (rates === '') return stepSchedule(envInt('START', start), envInt('END', end), envInt('STEP', step), seconds);
+  const list = rates.split(',').map((r) => Number(r.trim()));
+  if (!list.length || list.some((r) => !Number.isInteger(r) || r <= 0)) throw new Error(`RATES must be positive integers, got ${JSON.stringify(rates)}`);
+  return scheduleOf(list, seconds);
+}
+
+// Intervals of SLICE_SECONDS inside every step (0: none), so a report can show a tail growing
+// through a step, as an open queue's does: each step gets `slices` (how many) and `slice_s`, and
+// every sample of a call carries `slice` (00, 01, ...: the interval its call was sent in).
+export function addSlices(schedule, sliceSeconds) {
+  for (const s of schedule) {
+    s.slices = sliceSeconds > 0 ? Math.ceil(s.duration_s / sliceSeconds - 1e-9) : 0;
+    s.slice_s = sliceSeconds > 0 ? sliceSeconds : 0;
+  }
+  return schedule;
+}
+
+export function sliceName(k) {
+  return String(k).padStart(2, '0');
+}
+
+// The slice of `stage` that `t` seconds after the schedule's start falls in ('' without slices).
+export function sliceAt(stage, t) {
+  if (!stage.slices) return '';
+  return sliceName(Math.min(stage.slices - 1, Math.max(0, Math.floor((t - stage.start_s) / stage.slice_s))));
 }
 
 export function totalSeconds(schedule) {
@@ -104,8 +140,23 @@ export function currentStage(schedule) {
   return stageAt(schedule, exec.scenario.startTime);
 }
 
+// This runner's execution segment ('0:1' when the test is not split), from k6's own options
+// (the k6-operator and k8s/k6/make-run pass --execution-segment): runners of one test differ by
+// it, so their samples can be merged and their Prometheus series do not collide. VU code only.
+let segmentTags;
+export function runnerTags() {
+  if (segmentTags === undefined) {
+    const o = exec.test.options;
+    segmentTags = { segment: o.executionSegment ? String(o.executionSegment) : '0:1' };
+    if (o.executionSegmentSequence) segmentTags.segments = String(o.executionSegmentSequence);
+  }
+  return segmentTags;
+}
+
+// step_s: the step's length in the schedule, so that a step's rates never depend on the
+// samples' clock (k6's CSV has whole-second timestamps by default).
 export function stageTags(stage) {
-  return { stage: stage.name, offered: String(stage.offered) };
+  return { stage: stage.name, offered: String(stage.offered), step_s: String(stage.duration_s), ...runnerTags() };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -114,6 +165,9 @@ export function stageTags(stage) {
 export const echoSent = new Counter('echo_sent');          // calls or messages sent
 export const echoOk = new Counter('echo_ok');              // answered OK with the same message
 export const echoFailed = new Counter('echo_failed');      // answered wrongly or not at all
+// answered OK, counted in the stage the answer arrived in (echo_ok: the stage it was sent in):
+// a step's goodput when its calls are answered after it ends, as past capacity they are
+export const echoAnswered = new Counter('echo_answered');
 export const serverQueue = new Trend('server_queue_us');   // echod-timing queue=
 export const serverHandler = new Trend('server_handler_us'); // echod-timing handler=
 export const serverTotal = new Trend('server_total_us');   // echod-timing total=
@@ -171,7 +225,9 @@ export function connect(client) {
 }
 
 // One UnaryEcho, checked and tagged with the stage; returns true when it was answered right.
-export function unaryEcho(client, stage, extraTags) {
+// Given the schedule, an answer is also counted in echo_answered by the stage it arrived in
+// (none after the schedule's end).
+export function unaryEcho(client, stage, extraTags, schedule) {
   const tags = { ...stageTags(stage), ...(extraTags || {}) };
   const message = `${PAYLOAD}-${exec.vu.idInTest}-${exec.vu.iterationInScenario}`;
   echoSent.add(1, tags);
@@ -181,6 +237,11 @@ export function unaryEcho(client, stage, extraTags) {
     'UnaryEcho echoes the message': (r) => r.status !== grpc.StatusOK || r.message.message === message,
   }, tags);
   if (ok) echoOk.add(1, tags); else echoFailed.add(1, tags);
+  if (ok && schedule) {
+    const now = Date.now();
+    const origin = exec.scenario.startTime;
+    if (now - origin < totalSeconds(schedule) * 1000) echoAnswered.add(1, stageTags(stageAt(schedule, origin, now)));
+  }
   if (res.status === grpc.StatusOK) recordTiming(res.trailers, tags);
   return ok;
 }
@@ -194,6 +255,8 @@ export function stageThresholds(schedule, latencyMetric, extra) {
     'server_total_us', ...(extra || [])];
   for (const s of schedule) {
     for (const m of metrics) th[`${m}{stage:${s.name}}`] = [];
+    // the latency of the calls sent in each slice of the step (addSlices)
+    for (let k = 0; k < (s.slices || 0); k++) th[`${latencyMetric}{stage:${s.name},slice:${sliceName(k)}}`] = [];
   }
   return th;
 }
@@ -220,7 +283,7 @@ function textSummary(script, data, schedule, latencyMetric) {
 // stdout line starting with "K6_SUMMARY_JSON " (how the Kubernetes Job hands it over).
 export function summaryHandler(script, schedule, latencyMetric) {
   return function handleSummary(data) {
-    const doc = { echod_k6: 1, script, arm: ARM, target: TARGET, latency_metric: latencyMetric, schedule, summary: data };
+    const doc = { echod_k6: 1, script, arm: ARM, target: TARGET, latency_metric: latencyMetric, schedule, ...runnerTags(), summary: data };
     let text = textSummary(script, data, schedule, latencyMetric);
     if (env('SUMMARY_STDOUT', '0') === '1') text += `K6_SUMMARY_JSON ${JSON.stringify(doc)}\n`;
     const out = { stdout: text };

@@ -6,8 +6,9 @@
 //       deploy/k6/rest-control.js
 //
 // Env: TARGET (host:port of the REST listener, default localhost:8081), ARM, START (200), END
-// (2400), STEP (200), STEP_DURATION (2m), VUS / MAX_VUS (50 / 1000), CALL_TIMEOUT (10s), PAYLOAD,
-// WORK_* (sent as headers; the REST arm may ignore them), SUMMARY_FILE, SUMMARY_STDOUT.
+// (2400), STEP (200) or RATES, STEP_DURATION (2m), VUS / MAX_VUS (50 / 1000), CALL_TIMEOUT
+// (10s), PAYLOAD, WORK_* (sent as headers; the REST arm may ignore them), SUMMARY_FILE,
+// SUMMARY_STDOUT.
 //
 // Needs k6 v0.53.0 or later (object spread; k6/timers from v0.50). An older k6 rejects the
 // script before any line of it runs, so it cannot say so itself: deploy/README.md, "k6 versions".
@@ -18,8 +19,7 @@ import * as c from './common.js';
 
 const TARGET = c.env('TARGET', 'localhost:8081');
 const URL = `http://${TARGET}/echo`;
-const SCHEDULE = c.stepSchedule(c.envInt('START', 200), c.envInt('END', 2400), c.envInt('STEP', 200),
-  c.parseDuration(c.env('STEP_DURATION', '2m')));
+const SCHEDULE = c.scheduleFromEnv(200, 2400, 200, '2m');
 const LATENCY = 'http_req_duration';
 
 export const options = {

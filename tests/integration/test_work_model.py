@@ -1,0 +1,423 @@
+"""work.model and the distributions of synthetic work, end to end (docs/work-model.md).
+
+Everything here is read from the daemon itself: its counters (echod_work_model_charges_total
+and _cpu_seconds_total beside echod_call_steps_total, echod_executor_dispatches_total and
+echod_loop_tasks_total), its CPU clocks (the process's, and the I/O loop thread's own from
+/proc/PID/task/TID/schedstat) and the echod_work_drawn_seconds histograms. Never wall time.
+
+The model's CPU is what a call costs with the model minus what the same call costs without it
+(and with a flat `echod-cpu-us` of what the model charged it, which keeps the pace): on one daemon,
+batches with the model on and batches with `echod-model: false` alternate, so echod's own CPU per
+call, which moves with the machine's load and with how long a call takes, cancels out. Unit costs
+are the test's own, large against echod's own CPU per call (a few µs; more under a sanitizer,
+where they are scaled up).
+
+  Model.test_direct            CPU per call = call + 6 x step + 2 x message, within 10%
+  Model.test_merged_*          merge and coalesce save one step each (5, 5 and 4 charged)
+  Model.test_pool_*            extra over direct = (dispatches + loop tasks) x handoff, within 20%;
+                               loop tasks charged on the loop, dispatches on the workers
+  Model.test_bidi_*            a bidi message = its steps x step + 2 x message (+ its hand-offs)
+  Preset.*                     config/models/grpc-java-study.yaml leaves every arm's dispatch keys
+                               alone and gives direct the study's published plateaus
+  Distributions.*              sampled mean and tail against the parameters; a seed reproduces
+                               a sequence, and echod-seed a call's values in any order
+
+Run on its own: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_work_model.py
+"""
+
+import concurrent.futures
+import glob
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import yaml  # noqa: E402
+
+from echod_harness import (ECHOD_BIN, ROOT, SANITIZER, SLOW, Daemon, EchoStub, echod_check_config,  # noqa: E402
+                           main, metric_delta)
+from test_h2load import h2load  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from echodlib import procstat  # noqa: E402
+
+ARMS = os.path.join(ROOT, "config", "arms")
+# Unit costs (µs) of the test. With the model on, a pool call's threads sleep and wake in another
+# pattern than with it off (a worker that burns for long lets the loop fall asleep, so each loop
+# task wakes it, and on a busy machine each wake-up finds its caches cold): echod's own CPU per call
+# differs by up to ~100 µs between the two on this shared machine, several times that under a
+# sanitizer. Units large against that keep it a small part of what is measured.
+SCALE = 10 if SANITIZER else 2
+CALL, STEP, HANDOFF, MESSAGE = 300 * SCALE, 50 * SCALE, 80 * SCALE, 40 * SCALE
+
+def model(scale=1):
+    return ("work.model={enabled: true, call_cpu_us: %d, step_cpu_us: %d, handoff_cpu_us: %d, message_cpu_us: %d}"
+            % (CALL * scale, STEP * scale, HANDOFF * scale, MESSAGE * scale))
+
+
+MODEL = model()
+# A bidi message costs a fifth of a call; twice the units keep echod's own CPU per message (more on
+# a pool arm, where each message wakes a worker and the loop) a small part of it.
+BIDI_SCALE = 2
+OFF = (("echod-model", "false"),)
+ROUNDS, PER_ROUND = (2, 15) if SANITIZER else (4, 50)
+# Under a sanitizer (what it checks there is the charge points' memory and thread safety) one pool
+# arm of each kind of wrapper and executor is enough: the others' arithmetic is the release build's.
+SANITIZED_ARMS = {"direct", "cached", "virtual", "fixed-unwrapped", "merged-coalesced"}
+T = 60 * SLOW
+KINDS = ("call", "step", "handoff", "message")
+
+
+def thread_cpu_s(pid, prefix):
+    """CPU seconds of pid's live threads whose name starts with prefix (schedstat: ns)."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                if not f.read().startswith(prefix):
+                    continue
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            continue  # a worker that just exited
+    return total / 1e9
+
+
+class Clocks:
+    """The process's CPU but its admin thread's (the scrapes), and its loop thread's, summed over
+    the windows measured."""
+
+    def __init__(self):
+        self.process = self.loop = 0.0
+
+    @staticmethod
+    def read(d):
+        return procstat.cpu_clock(d.pid) - thread_cpu_s(d.pid, "echod-admin"), thread_cpu_s(d.pid, "echod-io")
+
+    def measure(self, d, fn):
+        p0, l0 = self.read(d)
+        fn()
+        # The closed step of the last call runs after its answer left: wait for it (the admin
+        # thread that answers the scrapes is not counted).
+        d.wait_idle()
+        p1, l1 = self.read(d)
+        self.process += p1 - p0
+        self.loop += l1 - l0
+
+
+def charges(m1, m0, kind, thread=None):
+    lbl = {"kind": kind} if thread is None else {"kind": kind, "thread": thread}
+    return metric_delta(m1, m0, "echod_work_model_charges_total", **lbl)
+
+
+def charged_s(m1, m0, kind, thread=None):
+    lbl = {"kind": kind} if thread is None else {"kind": kind, "thread": thread}
+    return metric_delta(m1, m0, "echod_work_model_cpu_seconds_total", **lbl)
+
+
+class Model(unittest.TestCase):
+    def unary(self, arm, extra_sets=()):
+        if SANITIZER and arm not in SANITIZED_ARMS:
+            self.skipTest("%s: release builds only (CI time); under a sanitizer: %s"
+                          % (arm, ", ".join(sorted(SANITIZED_ARMS))))
+        """Per call with the model on: {kind: charges}, dispatches, loop tasks, steps, and the model's
+        CPU for the process and for the loop thread, in µs: what a call costs with the model, less
+        what it costs with the model off and a flat echod-cpu-us of what the model charged a call.
+        The flat cost keeps the pace: a call that takes a millisecond costs echod more of its own
+        CPU than one that takes a tenth of one (its threads sleep longer between steps, and on a
+        busy machine wake to cold caches), up to ~100 µs here, which on minus off would count."""
+        with Daemon(config=os.path.join(ARMS, arm + ".yaml"), sets=[MODEL] + list(extra_sets)) as d:
+            ch = d.channel()
+            stub = EchoStub(ch)
+            labels = d.metrics().series("echod_build_info")[0][0]
+            self.assertEqual(labels.get("work_model"), "call=%d,step=%d,handoff=%d,message=%d" % (
+                CALL, STEP, HANDOFF, MESSAGE))
+            for i in range(10):  # warm-up: connection, threads, caches
+                stub.UnaryEcho("w", timeout=T)
+            m0 = d.wait_idle()
+            for i in range(PER_ROUND):
+                stub.UnaryEcho("w", timeout=T)
+            m1 = d.wait_idle()
+            flat = round(metric_delta(m1, m0, "echod_work_model_cpu_seconds_total") / PER_ROUND * 1e6)
+            flat_on_loop = metric_delta(m1, m0, "echod_work_model_charges_total", kind="step", thread="loop") > 0
+            off_md = OFF + (("echod-cpu-us", str(flat)),)
+            stub.UnaryEcho("w", timeout=T, metadata=off_md)
+            on, off = Clocks(), Clocks()
+            counted = {k: 0.0 for k in ("dispatches", "tasks", "steps")}
+            per_kind = {(k, t): 0.0 for k in KINDS for t in ("loop", "worker")}
+            cpu_kind = dict(per_kind)
+            for r in range(ROUNDS):
+                m0 = d.wait_idle()
+                on.measure(d, lambda: [stub.UnaryEcho("on", timeout=T) for _ in range(PER_ROUND)])
+                m1 = d.wait_idle()
+                for k, t in per_kind:
+                    per_kind[k, t] += charges(m1, m0, k, t)
+                    cpu_kind[k, t] += charged_s(m1, m0, k, t)
+                counted["dispatches"] += metric_delta(m1, m0, "echod_executor_dispatches_total")
+                counted["tasks"] += metric_delta(m1, m0, "echod_loop_tasks_total")
+                counted["steps"] += metric_delta(m1, m0, "echod_call_steps_total")
+                off.measure(d, lambda: [stub.UnaryEcho("off", timeout=T, metadata=off_md) for _ in range(PER_ROUND)])
+                m2 = d.wait_idle()
+                self.assertEqual(sum(charges(m2, m1, k) for k in KINDS), 0, "echod-model: false charged")
+            ch.close()
+        n = ROUNDS * PER_ROUND
+        out = {k: v / n for k, v in counted.items()}
+        out["charges"] = {k: v / n for k, v in per_kind.items()}
+        # the flat cost burns where the handler runs: on the loop under the inline runner
+        out["model_us"] = (on.process - off.process) / n * 1e6 + flat
+        out["loop_us"] = (on.loop - off.loop) / n * 1e6 + (flat if flat_on_loop else 0)
+        # the counters add exactly the unit costs
+        unit = {"call": CALL, "step": STEP, "handoff": HANDOFF, "message": MESSAGE}
+        for (k, t), c in per_kind.items():
+            self.assertAlmostEqual(cpu_kind[k, t] * 1e6, c * unit[k], delta=1e-3 * n,
+                                   msg="%s %s: charged seconds against charges x unit" % (k, t))
+        print("\n  %s: per call %.2f steps, %.2f dispatches, %.2f loop tasks; model CPU %.1f µs (loop %.1f); "
+              "charges %s" % (arm, out["steps"], out["dispatches"], out["tasks"], out["model_us"], out["loop_us"],
+                              {"%s/%s" % kt: round(v, 2) for kt, v in out["charges"].items() if v}))
+        return out
+
+    def assert_near(self, got, want, tolerance, what):
+        self.assertLessEqual(abs(got - want), tolerance * want,
+                             "%s: %.1f µs, expected %.1f within %.0f%%" % (what, got, want, 100 * tolerance))
+
+    def check_direct(self, arm, steps):
+        r = self.unary(arm)
+        c = r["charges"]
+        self.assertEqual(r["steps"], steps)
+        self.assertEqual((c["call", "loop"], c["step", "loop"], c["message", "loop"]), (1, steps, 2), c)
+        self.assertEqual(sum(v for (k, t), v in c.items() if t == "worker" or k == "handoff"), 0, c)
+        want = CALL + steps * STEP + 2 * MESSAGE
+        self.assert_near(r["model_us"], want, 0.10, "%s: the model's CPU per call" % arm)
+        self.assert_near(r["loop_us"], want, 0.10, "%s: all of it on the loop thread" % arm)
+        return r
+
+    def test_direct(self):
+        self.check_direct("direct", 6)
+
+    # merged.yaml, coalesced.yaml and merged-coalesced.yaml are the cached arm with the toggles
+    def test_merged_saves_a_step(self):
+        self.check_pool("merged", 5)
+
+    def test_coalesced_saves_a_step(self):
+        self.check_pool("coalesced", 5)
+
+    def test_merged_coalesced_saves_two(self):
+        self.check_pool("merged-coalesced", 4)
+
+    def check_pool(self, arm, steps=6):
+        r = self.unary(arm)
+        c = r["charges"]
+        self.assertEqual(r["steps"], steps)
+        self.assertEqual((c["call", "loop"], c["step", "worker"], c["message", "worker"]), (1, steps, 2), c)
+        self.assertEqual((c["step", "loop"], c["message", "loop"]), (0, 0), c)
+        # every hand-off charged once, where it lands: loop tasks on the loop, dispatches on workers
+        self.assertAlmostEqual(c["handoff", "loop"], r["tasks"], delta=1e-9, msg=c)
+        self.assertAlmostEqual(c["handoff", "worker"], r["dispatches"], delta=1e-9, msg=c)
+        handoffs = r["dispatches"] + r["tasks"]
+        direct = CALL + steps * STEP + 2 * MESSAGE
+        self.assert_near(r["model_us"] - direct, handoffs * HANDOFF, 0.20,
+                         "%s: the extra over direct's model CPU (%.2f hand-offs per call)" % (arm, handoffs))
+        self.assert_near(r["loop_us"], CALL + r["tasks"] * HANDOFF, 0.20,
+                         "%s: the loop's share (the call and the loop tasks)" % arm)
+        return r
+
+    def test_pool_cached(self):
+        self.check_pool("cached")
+
+    def test_pool_fixed(self):
+        self.check_pool("fixed")
+
+    def test_pool_fixed_unwrapped(self):
+        r = self.check_pool("fixed-unwrapped")
+        self.assertEqual(r["dispatches"], 6)  # pass-through: a hand-off per step
+
+    def test_pool_workstealing(self):
+        self.check_pool("workstealing")
+
+    def test_pool_virtual(self):
+        self.check_pool("virtual")
+
+    def test_direct_serialized_has_no_handoff(self):
+        """A SerializingExecutor around direct dispatches on the loop itself: no thread crossed."""
+        r = self.unary("direct-serialized")
+        self.assertGreater(r["dispatches"], 0)
+        self.assertEqual(r["charges"]["handoff", "loop"] + r["charges"]["handoff", "worker"], 0)
+
+    def bidi(self, arm):
+        """Per message: the marginal steps, dispatches and loop tasks between streams of K1 and K2
+        messages, and the marginal model CPU: with the model on, less the same streams with the model
+        off and a flat echod-cpu-us of what the model charged a message. A stream's messages come as
+        fast as the server takes them, so echod's own CPU per message depends on the pace (how many
+        messages a read brings, whether each wakes a worker); the flat cost keeps the pace."""
+        k1, k2 = (20, 120) if SANITIZER else (50, 550)
+        names = ("echod_call_steps_total", "echod_executor_dispatches_total", "echod_loop_tasks_total",
+                 "echod_work_model_cpu_seconds_total")
+        with Daemon(config=os.path.join(ARMS, arm + ".yaml"), sets=[model(BIDI_SCALE)]) as d:
+            ch = d.channel()
+            stub = EchoStub(ch)
+
+            def stream(k, md=()):
+                msgs = ["b%d" % i for i in range(k)]
+                self.assertEqual(list(stub.BidirectionalStreamingEcho(iter(msgs), timeout=T, metadata=md)), msgs)
+
+            def marginal(md=()):
+                cpu = {k1: Clocks(), k2: Clocks()}
+                counts = {k1: {n: 0 for n in names}, k2: {n: 0 for n in names}}
+                for _ in range(2):
+                    for k in (k1, k2):
+                        m0 = d.wait_idle()
+                        cpu[k].measure(d, lambda: stream(k, md))
+                        m1 = d.wait_idle()
+                        for n in names:
+                            counts[k][n] += metric_delta(m1, m0, n) / 2
+                per = {n: (counts[k2][n] - counts[k1][n]) / (k2 - k1) for n in names}
+                return per, (cpu[k2].process - cpu[k1].process) / 2 / (k2 - k1)
+
+            stream(20)
+            per, on_s = marginal()
+            flat = round(per["echod_work_model_cpu_seconds_total"] * 1e6)
+            off, off_s = marginal((("echod-model", "false"), ("echod-cpu-us", str(flat))))
+            self.assertEqual(off["echod_work_model_cpu_seconds_total"], 0)
+            ch.close()
+        msg_us = (on_s - (off_s - flat * 1e-6)) * 1e6
+        print("\n  %s bidi: per message %.3f steps, %.3f dispatches, %.3f loop tasks; model CPU %.1f µs "
+              "(echod's own: %.1f µs with the model, %.1f with a flat %d µs)" % (
+                  arm, per["echod_call_steps_total"], per["echod_executor_dispatches_total"],
+                  per["echod_loop_tasks_total"], msg_us, (on_s * 1e6 - flat), off_s * 1e6 - flat, flat))
+        return per, msg_us
+
+    def test_bidi_direct(self):
+        per, msg_us = self.bidi("direct")
+        self.assertAlmostEqual(per["echod_call_steps_total"], 1.0, delta=0.01)  # messages_available
+        want = (per["echod_call_steps_total"] * STEP + 2 * MESSAGE) * BIDI_SCALE
+        self.assert_near(msg_us, want, 0.10, "direct: a bidi message")
+
+    def test_bidi_cached(self):
+        per, msg_us = self.bidi("cached")
+        handoffs = per["echod_executor_dispatches_total"] + per["echod_loop_tasks_total"]
+        want = (per["echod_call_steps_total"] * STEP + 2 * MESSAGE + handoffs * HANDOFF) * BIDI_SCALE
+        self.assert_near(msg_us, want, 0.20, "cached: a bidi message (%.2f hand-offs)" % handoffs)
+
+
+class Preset(unittest.TestCase):
+    """config/models/grpc-java-study.yaml: read over every arm it changes the work and nothing of the
+    arm, and its unit costs give the direct arm the study's two published plateaus."""
+
+    PRESET = os.path.join(ROOT, "config", "models", "grpc-java-study.yaml")
+
+    def test_preset_over_every_arm(self):
+        for path in sorted(glob.glob(os.path.join(ARMS, "*.yaml"))):
+            with self.subTest(arm=os.path.basename(path)):
+                alone = echod_check_config(path)
+                both = run_echod(["--config", path, "--check-config", self.PRESET])
+                self.assertEqual((alone.returncode, both.returncode), (0, 0), both.stderr)
+                a, b = yaml.safe_load(alone.stdout), yaml.safe_load(both.stdout)
+                for key in ("arm", "executor", "dispatch", "transport", "io", "limits", "listen"):
+                    self.assertEqual(a[key], b[key], key)
+                self.assertTrue(b["work"]["model"]["enabled"])
+                self.assertEqual(b["work"]["defaults"]["cpu_us"], 0)
+
+    def test_calibrated_to_the_direct_arm(self):
+        m = yaml.safe_load(run_echod(["--check-config", self.PRESET]).stdout)["work"]["model"]
+        call = m["call_cpu_us"] + 6 * m["step_cpu_us"] + 2 * m["message_cpu_us"]
+        message = m["step_cpu_us"] + 2 * m["message_cpu_us"]
+        self.assertAlmostEqual(1e6 / call, 2140, delta=0.01 * 2140)  # directExecutor() unary plateau
+        self.assertAlmostEqual(1e6 / message, 16000, delta=0.02 * 16000)  # its stream plateau
+
+
+def run_echod(args):
+    return subprocess.run([ECHOD_BIN] + args, capture_output=True, text=True, timeout=30 * SLOW, cwd=ROOT)
+
+
+def drawn(m, kind):
+    """(count, sum in µs, {le in µs: cumulative count}) of echod_work_drawn_seconds{kind}."""
+    buckets = {}
+    for labels, v in m.series("echod_work_drawn_seconds_bucket"):
+        if labels.get("kind") == kind and labels["le"] != "+Inf":
+            buckets[round(float(labels["le"]) * 1e6)] = v
+    return (m.metric("echod_work_drawn_seconds_count", kind=kind),
+            m.metric("echod_work_drawn_seconds_sum", kind=kind) * 1e6, buckets)
+
+
+def drawn_delta(m1, m0, kind):
+    c1, s1, b1 = drawn(m1, kind)
+    c0, s0, b0 = drawn(m0, kind)
+    return c1 - c0, s1 - s0, {le: b1[le] - b0.get(le, 0) for le in b1}
+
+
+@unittest.skipUnless(shutil.which("h2load"), "h2load not installed (nghttp2-client)")
+class Distributions(unittest.TestCase):
+    N = 600 if SANITIZER else 3000
+    # exponential CPU with a 100 µs mean; 8% of sleeps stall 1 ms over a base of 0
+    WORK = ["work.defaults.cpu_us=100", "work.defaults.cpu_dist=exponential",
+            "work.defaults.sleep_dist=stall", "work.defaults.sleep_stall_fraction=0.08",
+            "work.defaults.sleep_stall_us=1000"]
+
+    def run_h2load(self, seed, n=None):
+        n = n or self.N
+        with Daemon(config=os.path.join(ARMS, "direct.yaml"), sets=self.WORK + ["work.seed=%d" % seed]) as d:
+            res, out = h2load(d.grpc_port, n, clients=4, streams=4, timeout=300 * SLOW)
+            self.assertEqual((res["succeeded"], res["failed"]), (n, 0), out)
+            m = d.wait_metrics(lambda m: m.metric("echod_call_steps_total", step="closed") >= n
+                               and m.metric("echod_calls_in_flight") == 0, what="calls closed")
+            return drawn(m, "cpu"), drawn(m, "sleep")
+
+    def test_mean_and_tail_against_the_parameters(self):
+        (count, total, buckets), (scount, stotal, sbuckets) = self.run_h2load(11)
+        self.assertEqual((count, scount), (self.N, self.N))
+        # exponential: the mean is cpu_us, P(X > x) = exp(-x / mean)
+        self.assertAlmostEqual(total / count, 100, delta=10)
+        for le in (100, 200, 500):
+            tail = 1 - buckets[le] / count
+            self.assertAlmostEqual(tail, math.exp(-le / 100), delta=0.25 * math.exp(-le / 100) + 0.005,
+                                   msg="cpu: share above %d µs" % le)
+        # stall: a fraction of the draws is the stall, the rest the base
+        stalled = 1 - sbuckets[500] / scount
+        self.assertAlmostEqual(stalled, 0.08, delta=0.025)
+        self.assertEqual(sbuckets[1000], scount, "every draw is 0 or 1000 µs")
+        self.assertAlmostEqual(stotal / scount, 0.08 * 1000, delta=25)
+        print("\n  exponential 100 µs: mean %.1f, above 200 µs %.3f (e^-2 = %.3f); stall 8%% x 1 ms: %.3f stalled"
+              % (total / count, 1 - buckets[200] / count, math.exp(-2), stalled))
+
+    def test_a_seed_reproduces_its_sequence(self):
+        """The same seed draws the same values for the same calls, whatever the order the four
+        connections' calls ran in; another seed draws others."""
+        a = self.run_h2load(7, 500)
+        b = self.run_h2load(7, 500)
+        c = self.run_h2load(8, 500)
+        self.assertEqual(a, b)
+        self.assertNotEqual(a[0][1], c[0][1])
+
+    def test_echod_seed_makes_a_call_reproducible(self):
+        """With echod-seed, a call's draws depend on that seed alone: the same 60 seeds give the same
+        values in order on one connection and shuffled over four threads after other calls."""
+        seeds = list(range(60))
+
+        def run(order, threads, before):
+            with Daemon(config=os.path.join(ARMS, "direct.yaml"), sets=self.WORK + ["work.seed=5"]) as d:
+                ch = d.channel()
+                stub = EchoStub(ch)
+                for _ in range(before):
+                    stub.UnaryEcho("x", timeout=T)
+                m0 = d.wait_idle()
+                with concurrent.futures.ThreadPoolExecutor(threads) as ex:
+                    list(ex.map(lambda s: stub.UnaryEcho("s", timeout=T, metadata=(("echod-seed", str(s)),)),
+                                order))
+                m1 = d.wait_idle()
+                ch.close()
+                return drawn_delta(m1, m0, "cpu"), drawn_delta(m1, m0, "sleep")
+
+        first = run(seeds, 1, 0)
+        shuffled = seeds[7:] + seeds[:7]
+        shuffled.reverse()
+        second = run(shuffled, 4, 13)
+        self.assertEqual(first, second)
+        self.assertEqual(first[0][0], len(seeds))
+
+
+if __name__ == "__main__":
+    main()

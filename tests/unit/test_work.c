@@ -1,0 +1,342 @@
+/*
+ * The work layer (daemon/work/): the seeded draws and their distributions (mean and tail
+ * quantile against the parameters, a seed reproducing its sequence on any thread), the echod-*
+ * headers and their resolution against the config and the caps, the cost model's unit costs and
+ * counters, and the CPU burn against the thread's own clock.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "check.h"
+#include "config/config.h"
+#include "metrics/metrics.h"
+#include "work/burn.h"
+#include "work/draw.h"
+#include "work/model.h"
+#include "work/spec.h"
+
+#define SAMPLES 200000
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* n draws of `dist` around `us` from one call's sequence, sorted; returns the mean. */
+static double sample(const echod_dist_t *dist, uint32_t us, uint64_t seed, uint64_t *out, size_t n)
+{
+    echod_work_t w;
+    memset(&w, 0, sizeof(w));
+    w.cpu_us = us;
+    w.cpu_dist = *dist;
+    echod_draws_t d;
+    echod_draws_init(&d, seed, 0, 0);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        echod_drawn_t x;
+        echod_draw_work(&w, &d, UINT64_MAX, UINT64_MAX, &x);
+        out[i] = x.cpu_us;
+        sum += (double)x.cpu_us;
+    }
+    qsort(out, n, sizeof(*out), cmp_u64);
+    return sum / (double)n;
+}
+
+static uint64_t quantile(const uint64_t *sorted, size_t n, double q)
+{
+    return sorted[(size_t)(q * (double)(n - 1))];
+}
+
+static int near(double got, double want, double tolerance)
+{
+    int ok = fabs(got - want) <= tolerance * want;
+    if (!ok)
+        fprintf(stderr, "  got %.3f, want %.3f within %.1f%%\n", got, want, 100 * tolerance);
+    return ok;
+}
+
+/* Every kind: the sampled mean and a tail quantile against what the parameters say. */
+static void test_distributions(void)
+{
+    uint64_t *v = malloc(SAMPLES * sizeof(*v));
+    echod_dist_t constant = {ECHOD_DIST_CONSTANT, 0, 0};
+    CHECK(sample(&constant, 470, 1, v, SAMPLES) == 470.0);
+    CHECK(v[0] == 470 && v[SAMPLES - 1] == 470);
+
+    /* exponential, mean 1000 us: p90 = mean ln 10, p99 = mean ln 100 */
+    echod_dist_t expo = {ECHOD_DIST_EXPONENTIAL, 0, 0};
+    double mean = sample(&expo, 1000, 1, v, SAMPLES);
+    CHECK(near(mean, 1000, 0.01));
+    CHECK(near((double)quantile(v, SAMPLES, 0.5), 1000 * log(2.0), 0.02));
+    CHECK(near((double)quantile(v, SAMPLES, 0.9), 1000 * log(10.0), 0.02));
+    CHECK(near((double)quantile(v, SAMPLES, 0.99), 1000 * log(100.0), 0.03));
+    printf("exponential 1000 us: mean %.1f, p50 %llu, p90 %llu, p99 %llu\n", mean,
+           (unsigned long long)quantile(v, SAMPLES, 0.5), (unsigned long long)quantile(v, SAMPLES, 0.9),
+           (unsigned long long)quantile(v, SAMPLES, 0.99));
+
+    /* stall: 2% of draws stall 50 ms over a 400 us base: p97 is the base, p99 a stall */
+    echod_dist_t stall = {ECHOD_DIST_STALL, 0.02, 50000};
+    mean = sample(&stall, 400, 1, v, SAMPLES);
+    CHECK(near(mean, 400 + 0.02 * 50000, 0.03));
+    size_t stalls = 0;
+    for (size_t i = 0; i < SAMPLES; i++)
+        stalls += v[i] == 50400;
+    CHECK(near((double)stalls / SAMPLES, 0.02, 0.05));
+    CHECK(quantile(v, SAMPLES, 0.97) == 400 && quantile(v, SAMPLES, 0.99) == 50400);
+    for (size_t i = 0; i < SAMPLES; i++)
+        if (v[i] != 400 && v[i] != 50400) {
+            CHECK(!"a stall draw is the base or the base plus the stall");
+            break;
+        }
+    printf("stall 2%% x 50 ms over 400 us: mean %.1f, stalls %.4f\n", mean, (double)stalls / SAMPLES);
+
+    /* a draw above the cap is cut to it */
+    echod_work_t w;
+    memset(&w, 0, sizeof(w));
+    w.cpu_us = 1000;
+    w.cpu_dist.kind = ECHOD_DIST_EXPONENTIAL;
+    echod_draws_t d;
+    echod_draws_init(&d, 1, 0, 0);
+    uint64_t top = 0;
+    for (int i = 0; i < 10000; i++) {
+        echod_drawn_t x;
+        echod_draw_work(&w, &d, 3000, 0, &x);
+        top = x.cpu_us > top ? x.cpu_us : top;
+    }
+    CHECK(top == 3000);
+    free(v);
+}
+
+typedef struct {
+    uint64_t seed, key;
+    int seeded;
+    double values[64];
+} seq_job_t;
+
+static void *draw_sequence(void *arg)
+{
+    seq_job_t *j = arg;
+    echod_draws_t d;
+    echod_draws_init(&d, j->seed, j->key, j->seeded);
+    for (int i = 0; i < 64; i++)
+        j->values[i] = echod_draw_uniform(d.key, (uint64_t)i);
+    return NULL;
+}
+
+/* A seed reproduces a sequence: the same on another thread, another for another seed or key. */
+static void test_reproducible(void)
+{
+    seq_job_t here = {7, 42, 0, {0}}, there = {7, 42, 0, {0}}, other_seed = {8, 42, 0, {0}},
+              other_key = {7, 43, 0, {0}}, seeded = {7, 42, 1, {0}};
+    draw_sequence(&here);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, draw_sequence, &there) == 0);
+    pthread_join(t, NULL);
+    draw_sequence(&other_seed);
+    draw_sequence(&other_key);
+    draw_sequence(&seeded);
+    CHECK(memcmp(here.values, there.values, sizeof(here.values)) == 0);
+    int same_seed = 0, same_key = 0, same_seeded = 0;
+    for (int i = 0; i < 64; i++) {
+        CHECK(here.values[i] >= 0.0 && here.values[i] < 1.0);
+        same_seed += here.values[i] == other_seed.values[i];
+        same_key += here.values[i] == other_key.values[i];
+        same_seeded += here.values[i] == seeded.values[i];
+    }
+    CHECK(same_seed == 0 && same_key == 0);
+    CHECK(same_seeded == 0); /* echod-seed 42 is not the call numbered 42 */
+
+    /* Each handler run takes its own indices: changing the cpu distribution keeps the sleep draws. */
+    echod_work_t a, b;
+    memset(&a, 0, sizeof(a));
+    a.sleep_us = 300;
+    a.sleep_dist.kind = ECHOD_DIST_EXPONENTIAL;
+    b = a;
+    b.cpu_us = 100;
+    b.cpu_dist.kind = ECHOD_DIST_EXPONENTIAL;
+    b.error_rate = 0.5;
+    echod_draws_t da, db;
+    echod_draws_init(&da, 3, 9, 0);
+    echod_draws_init(&db, 3, 9, 0);
+    int same = 0, fails = 0;
+    for (int i = 0; i < 100; i++) {
+        echod_drawn_t xa, xb;
+        echod_draw_work(&a, &da, UINT64_MAX, UINT64_MAX, &xa);
+        echod_draw_work(&b, &db, UINT64_MAX, UINT64_MAX, &xb);
+        same += xa.sleep_us == xb.sleep_us;
+        fails += xb.fail;
+        CHECK(!xa.fail);
+    }
+    CHECK(same == 100);
+    CHECK(fails > 30 && fails < 70);
+}
+
+static int parse(echod_work_over_t *over, const char *name, const char *value, char **error)
+{
+    return echod_work_parse_header(name, strlen(name), value, strlen(value), over, error);
+}
+
+/* The echod-* keys of distributions, seeds and the model: parsed, refused, resolved, capped. */
+static void test_headers(void)
+{
+    echod_config_t cfg;
+    char err[512];
+    echod_config_init(&cfg);
+    CHECK(echod_config_set(&cfg, "work.max_cpu=5ms", err, sizeof(err)) == 0);
+    CHECK(echod_config_set(&cfg, "work.model={enabled: true, step_cpu_us: 20, handoff_cpu_us: 30}", err, sizeof(err)) ==
+          0);
+    CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
+
+    echod_work_over_t over;
+    memset(&over, 0, sizeof(over));
+    char *error = NULL;
+    CHECK(parse(&over, "echod-cpu-dist", "stall", &error) == 1);
+    CHECK(parse(&over, "echod-cpu-stall-fraction", "0.25", &error) == 1);
+    CHECK(parse(&over, "echod-cpu-stall-us", "4000", &error) == 1);
+    CHECK(parse(&over, "echod-sleep-dist", "exponential", &error) == 1);
+    CHECK(parse(&over, "echod-seed", "18446744073709551615", &error) == 1);
+    CHECK(parse(&over, "echod-model-message-cpu-us", "7", &error) == 1);
+    CHECK(parse(&over, "x-echod-model", "true", &error) == 0);
+    CHECK(error == NULL);
+    CHECK(over.seed == UINT64_MAX);
+
+    echod_work_spec_t spec;
+    echod_work_resolve(&cfg, "/p.S/M", &over, 5, 1, &spec, &error);
+    CHECK(error == NULL);
+    CHECK(spec.work.cpu_dist.kind == ECHOD_DIST_STALL && spec.work.cpu_dist.stall_fraction == 0.25 &&
+          spec.work.cpu_dist.stall_us == 4000);
+    CHECK(spec.work.sleep_dist.kind == ECHOD_DIST_EXPONENTIAL);
+    CHECK(spec.model.on && spec.model.us[ECHOD_CHARGE_STEP] == 20 && spec.model.us[ECHOD_CHARGE_HANDOFF] == 30 &&
+          spec.model.us[ECHOD_CHARGE_MESSAGE] == 7 && spec.model.us[ECHOD_CHARGE_CALL] == 0);
+    /* the seed from metadata replaces the call's number as the key */
+    echod_work_spec_t other;
+    echod_work_resolve(&cfg, "/p.S/M", &over, 6, 1, &other, &error);
+    CHECK(other.draws.key == spec.draws.key);
+    /* health probes are not priced */
+    echod_work_resolve(&cfg, "/p.S/M", &over, 5, 0, &other, &error);
+    CHECK(!other.model.on);
+
+    /* echod-model: false turns it off for this call; metadata cannot exceed the caps */
+    CHECK(parse(&over, "echod-model", "false", &error) == 1);
+    echod_work_resolve(&cfg, "/p.S/M", &over, 5, 1, &spec, &error);
+    CHECK(!spec.model.on && error == NULL);
+    CHECK(parse(&over, "echod-model", "true", &error) == 1);
+    CHECK(parse(&over, "echod-model-handoff-cpu-us", "6000", &error) == 1);
+    echod_work_resolve(&cfg, "/p.S/M", &over, 5, 1, &spec, &error);
+    CHECK(error != NULL && strcmp(error, "echod-model-handoff-cpu-us: 6000 is above the cap work.max_cpu (5 ms)") == 0);
+    CHECK(spec.model.us[ECHOD_CHARGE_HANDOFF] == 30); /* priced as the server prices calls */
+    free(error);
+    error = NULL;
+    memset(&over, 0, sizeof(over));
+    CHECK(parse(&over, "echod-cpu-stall-us", "5001", &error) == 1);
+    echod_work_resolve(&cfg, "/p.S/M", &over, 5, 1, &spec, &error);
+    CHECK(error != NULL && strcmp(error, "echod-cpu-stall-us: 5001 is above the cap work.max_cpu (5 ms)") == 0);
+    free(error);
+    error = NULL;
+
+    /* malformed values name the key */
+    static const char *const bad[][2] = {
+        {"echod-cpu-dist", "gaussian"},
+        {"echod-cpu-stall-fraction", "1.5"},
+        {"echod-sleep-stall-us", "-1"},
+        {"echod-seed", "18446744073709551616"},
+        {"echod-seed", "+1"},
+        {"echod-model", "yes"},
+        {"echod-model-step-cpu-us", "4294967296"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memset(&over, 0, sizeof(over));
+        CHECK(parse(&over, bad[i][0], bad[i][1], &error) == 1);
+        CHECK(error != NULL && strncmp(error, bad[i][0], strlen(bad[i][0])) == 0);
+        CHECK(over.set == 0);
+        free(error);
+        error = NULL;
+    }
+
+    /* with overrides off, the config alone */
+    CHECK(echod_config_set(&cfg, "work.allow_metadata_overrides=false", err, sizeof(err)) == 0);
+    memset(&over, 0, sizeof(over));
+    CHECK(parse(&over, "echod-model", "false", &error) == 1);
+    CHECK(parse(&over, "echod-seed", "3", &error) == 1);
+    echod_work_resolve(&cfg, "/p.S/M", &over, 5, 1, &spec, &error);
+    echod_work_resolve(&cfg, "/p.S/M", &over, 6, 1, &other, &error);
+    CHECK(spec.model.on && spec.draws.key != other.draws.key);
+    echod_config_free(&cfg);
+}
+
+/* Each charge burns its unit on this thread and is counted by kind and thread. */
+static void test_model_charges(void)
+{
+    echod_work_model_t cfg = {true, 300, 20, 0, 10};
+    echod_model_t m;
+    echod_model_init(&m, &cfg);
+    CHECK(m.on);
+    uint64_t ns0 = echod_metrics_value(&echod_metrics.work_model_cpu_ns[ECHOD_CHARGE_STEP][ECHOD_CHARGE_ON_WORKER]);
+    uint64_t c0 = echod_metrics_value(&echod_metrics.work_model_charges[ECHOD_CHARGE_STEP][ECHOD_CHARGE_ON_WORKER]);
+    for (int i = 0; i < 6; i++)
+        echod_model_charge(&m, ECHOD_CHARGE_STEP, ECHOD_CHARGE_ON_WORKER);
+    echod_model_charge(&m, ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_LOOP); /* 0 us: neither burnt nor counted */
+    echod_model_charge_call(&m, 0);
+    echod_model_charge_call(&m, 1);
+    CHECK(echod_metrics_value(&echod_metrics.work_model_cpu_ns[ECHOD_CHARGE_STEP][ECHOD_CHARGE_ON_WORKER]) - ns0 ==
+          120000);
+    CHECK(echod_metrics_value(&echod_metrics.work_model_charges[ECHOD_CHARGE_STEP][ECHOD_CHARGE_ON_WORKER]) - c0 == 6);
+    CHECK(echod_metrics_value(&echod_metrics.work_model_charges[ECHOD_CHARGE_HANDOFF][ECHOD_CHARGE_ON_LOOP]) == 0);
+    /* the call: one charge, its CPU in two halves */
+    CHECK(echod_metrics_value(&echod_metrics.work_model_charges[ECHOD_CHARGE_CALL][ECHOD_CHARGE_ON_LOOP]) == 1);
+    CHECK(echod_metrics_value(&echod_metrics.work_model_cpu_ns[ECHOD_CHARGE_CALL][ECHOD_CHARGE_ON_LOOP]) == 300000);
+
+    echod_work_model_t off = {false, 300, 20, 0, 10}, zero = {true, 0, 0, 0, 0};
+    echod_model_init(&m, &off);
+    CHECK(!m.on);
+    echod_model_init(&m, &zero);
+    CHECK(!m.on);
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The burn against the thread's CPU clock: never much short, and over by little (a clock read). The
+ * median of many burns: a burn that the kernel preempted is charged the switches' own CPU. */
+static void test_burn(void)
+{
+    static const uint64_t units_ns[] = {5000, 20000, 200000};
+    for (size_t u = 0; u < sizeof(units_ns) / sizeof(units_ns[0]); u++) {
+        enum { N = 201 };
+        uint64_t t[N];
+        for (int i = 0; i < N; i++) {
+            uint64_t t0 = thread_cpu_ns();
+            echod_burn_ns(units_ns[u]);
+            t[i] = thread_cpu_ns() - t0;
+        }
+        qsort(t, N, sizeof(t[0]), cmp_u64);
+        uint64_t median = t[N / 2];
+        printf("burn %llu ns: median %llu ns (%+.1f%%), shortest %llu ns\n", (unsigned long long)units_ns[u],
+               (unsigned long long)median, 100.0 * ((double)median / (double)units_ns[u] - 1),
+               (unsigned long long)t[0]);
+        CHECK(t[0] >= units_ns[u] * 9 / 10);
+        /* a clock read is a system call: a few hundred ns, several times that under a sanitizer */
+        CHECK(median - units_ns[u] < 3000 + units_ns[u] / 100);
+    }
+}
+
+int main(void)
+{
+    echod_config_t cfg;
+    echod_config_init(&cfg);
+    echod_metrics_init(&cfg);
+    test_distributions();
+    test_reproducible();
+    test_headers();
+    test_model_charges();
+    test_burn();
+    echod_config_free(&cfg);
+    return check_done();
+}
