@@ -75,7 +75,7 @@ void echod_call_release(echod_call_t *call)
 
 /*
  * `cancelled` publishes no data: a reader that sees it only skips work, so relaxed loads do. The
- * one ordering that matters is echod_call_cancel's seq_cst store against the parking carrier's
+ * one ordering that matters is echod_call_cancel's seq_cst exchange against the parking carrier's
  * seq_cst load (exec_virtual.c: file_parked and echod_exec_interrupt).
  */
 int echod_call_is_cancelled(echod_call_t *call)

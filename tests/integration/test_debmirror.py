@@ -89,7 +89,6 @@ class Sources(unittest.TestCase):
                 "deb [arch=arm64] http://mirror.example.invalid/debian bookworm-updates main",
                 "deb [arch=arm64] http://security.example.invalid/debian-security bookworm-security main",
             ])
-            self.assertEqual(debmirror.mirror("bookworm"), "http://mirror.example.invalid/debian")
             opts = debmirror.apt_options()
             self.assertIn('Acquire::http::Proxy "http://proxy.example.invalid:3128";', opts)
             self.assertIn('Acquire::http::Proxy::localhost "DIRECT";', opts)
@@ -117,7 +116,7 @@ class Sources(unittest.TestCase):
     def test_the_hosts_own_mirror(self):
         # whatever this machine's apt uses for bookworm, debmirror says the same
         try:
-            got = debmirror.mirror("bookworm")
+            got = debmirror.sources("bookworm")[0].split()[1]
         except debmirror.MirrorError as e:
             self.skipTest("this machine's apt has no bookworm entry: %s" % e)
         r = subprocess.run(["apt-get", "indextargets", "--format", "$(REPO_URI) $(RELEASE)"],

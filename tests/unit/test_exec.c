@@ -975,8 +975,7 @@ int main(void)
     test_virtual_parks();
     test_virtual_interrupt();
     test_virtual_destroy_wakes_sleepers();
-    const char *stress = getenv("ECHOD_TEST_STRESS");
-    test_virtual_cancel_race((SANITIZED ? 500 : 2000) * (stress != NULL && atol(stress) > 0 ? atol(stress) : 1));
+    test_virtual_cancel_race((SANITIZED ? 500 : 2000) * check_stress());
     test_virtual_guard_page();
     test_cpus();
     test_create_errors();

@@ -310,8 +310,7 @@ int main(void)
     test_coalescing(ECHOD_EXEC_FIXED, ECHOD_SER_PASSTHROUGH);
     test_switch();
     test_refs_balance();
-    const char *stress = getenv("ECHOD_TEST_STRESS");
-    long rounds = (n / 25) * (stress != NULL && atol(stress) > 0 ? atol(stress) : 1);
+    long rounds = (n / 25) * check_stress();
     test_drain_race(ECHOD_EXEC_FIXED, 1, rounds);
     test_drain_race(ECHOD_EXEC_WORKSTEALING, 2, rounds);
     test_drain_race(ECHOD_EXEC_CACHED, 0, rounds / 5);

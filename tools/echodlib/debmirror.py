@@ -122,11 +122,6 @@ def sources(suite, arch=None):
             for n in wanted if n in found]
 
 
-def mirror(suite):
-    """The archive URI the host uses for suite itself."""
-    return sources(suite)[0].split()[1]
-
-
 def apt_config():
     """apt-config dump as {key: value} (last one wins)."""
     out = {}
