@@ -40,6 +40,9 @@ Environment:
   ECHOD_IMAGE_KEEP     keep the built images and manifest list after the run
 """
 
+import copy
+import fnmatch
+import io
 import json
 import os
 import platform
@@ -47,6 +50,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -185,13 +189,78 @@ def base_image(tag, arch):
     return "localhost/echod-check-base:%s-%s" % (tag, arch)
 
 
-def ensure_base(tag, slim, arch):
-    name = base_image(tag, arch)
-    if podman("image", "exists", name, check=False).returncode == 0:
-        log("base %s: present" % name)
+def _kept(path, rules):
+    """dpkg's --path-exclude/--path-include: the last pattern that matches decides."""
+    keep = True
+    for kind, pattern in rules:
+        if fnmatch.fnmatchcase(path, pattern):
+            keep = kind == "path-include"
+    return keep
+
+
+def _abspath(member):
+    """A tar member's path as dpkg's filters see it ("./usr/share" -> "/usr/share", "./" -> "/")."""
+    name = member.name[2:] if member.name.startswith("./") else member.name.lstrip("/")
+    return "/" + name.rstrip("/")
+
+
+DPKG_CFG = "/etc/dpkg/dpkg.cfg.d/99mmdebstrap"  # where mmdebstrap --dpkgopt writes its options
+
+
+def slim_tar(full, slim):
+    """The slim base from the full one: the same packages without what SLIM_EXCLUDES leaves out,
+    and the excludes in dpkg's configuration for what the Dockerfile installs later (as
+    mmdebstrap --dpkgopt does). Made from the full base's tar rather than by a second mmdebstrap,
+    which for a foreign architecture runs every maintainer script again under emulation."""
+    rules = [tuple(o.split("=", 1)) for o in SLIM_EXCLUDES]
+    with tarfile.open(full) as src:
+        members = [m for m in src.getmembers() if _abspath(m) != DPKG_CFG]
+        path = {m.name: _abspath(m) for m in members}
+        files = {m.name for m in members if not m.isdir() and _kept(path[m.name], rules)}
+        # as dpkg does, a directory stays if it is not excluded or if something kept lies below it
+        parents = set()
+        for n in files:
+            d = os.path.dirname(path[n])
+            while d not in parents and d != "/":
+                parents.add(d)
+                d = os.path.dirname(d)
+        moved = {}  # a left-out hard-link target -> the first kept name, which carries the content
+        with tarfile.open(slim, "w", format=tarfile.PAX_FORMAT) as dst:
+            for m in members:
+                if m.isdir():
+                    if not (_kept(path[m.name], rules) or path[m.name] in parents):
+                        continue
+                elif m.name not in files:
+                    continue
+                elif m.islnk() and m.linkname not in files:
+                    m = copy.copy(m)
+                    # a pax linkpath (or size) would override the fields set here
+                    m.pax_headers = {k: v for k, v in m.pax_headers.items() if k not in ("linkpath", "size")}
+                    if m.linkname in moved:
+                        m.linkname = moved[m.linkname]
+                    else:
+                        target = src.getmember(m.linkname)
+                        moved[m.linkname] = m.name
+                        m.type, m.linkname, m.size = tarfile.REGTYPE, "", target.size
+                        dst.addfile(m, src.extractfile(target))
+                        continue
+                dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+            cfg = "".join(o + "\n" for o in SLIM_EXCLUDES).encode()
+            info = tarfile.TarInfo("." + DPKG_CFG)
+            info.size, info.mode, info.mtime = len(cfg), 0o644, int(time.time())
+            dst.addfile(info, io.BytesIO(cfg))
+
+
+def ensure_bases(arch):
+    """debian:bookworm and debian:bookworm-slim for arch, made once (one mmdebstrap) and kept in the
+    check's store; returns the seconds it took in this run."""
+    names = {tag: base_image(tag, arch) for tag in (SUITE, SUITE + "-slim")}
+    missing = [n for n in names.values() if podman("image", "exists", n, check=False).returncode != 0]
+    if not missing:
+        log("bases %s: present" % ", ".join(names.values()))
         return 0.0
     if shutil.which("mmdebstrap") is None:
-        raise Skip("base %s is missing and mmdebstrap is not installed" % name)
+        raise Skip("bases %s are missing and mmdebstrap is not installed" % ", ".join(missing))
     try:
         sources = debmirror.sources(SUITE, arch)
         aptopts = debmirror.apt_options()
@@ -208,20 +277,21 @@ def ensure_base(tag, slim, arch):
     if checks:
         cmd += ["--customize-hook=printf '%%s' '%s' > \"$1/etc/apt/apt.conf.d/50echod-mirror\"" % checks]
     cmd += ["--aptopt=" + o for o in aptopts]
-    if slim:
-        cmd += ["--dpkgopt=%s" % o for o in SLIM_EXCLUDES]
     with tempfile.TemporaryDirectory(prefix="echod-base-") as tmp:
-        tar = os.path.join(tmp, "rootfs.tar")
-        log("base %s: mmdebstrap %s %s from %s" % (name, SUITE, arch, sources[0].split()[-3]))
+        tar, slim = os.path.join(tmp, "rootfs.tar"), os.path.join(tmp, "slim.tar")
+        log("bases %s: mmdebstrap %s %s from %s" % (arch, SUITE, arch, sources[0].split()[-3]))
         r = subprocess.run(cmd + [SUITE, tar] + sources, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=1800,
                            env=dict(os.environ, **debmirror.proxy_env()))
         if r.returncode != 0:
-            raise Skip("cannot make base %s with mmdebstrap (the mirror unreachable?):\n%s"
-                       % (name, r.stdout[-2000:]))
-        podman("import", "--arch", arch, "--change", 'CMD ["bash"]', tar, name, timeout=300)
+            raise Skip("cannot make the %s bases with mmdebstrap (the mirror unreachable?):\n%s"
+                       % (arch, r.stdout[-2000:]))
+        slim_tar(tar, slim)
+        for tag, path in ((SUITE, tar), (SUITE + "-slim", slim)):
+            podman("rmi", "-f", names[tag], check=False)
+            podman("import", "--arch", arch, "--change", 'CMD ["bash"]', path, names[tag], timeout=300)
     took = time.monotonic() - started
-    log("base %s: made in %.0f s" % (name, took))
+    log("bases %s: made in %.0f s" % (", ".join(names.values()), took))
     return took
 
 
@@ -506,7 +576,7 @@ def main():
     try:
         preflight()
         for arch in build:
-            base_secs += ensure_base(SUITE, False, arch) + ensure_base(SUITE + "-slim", True, arch)
+            base_secs += ensure_bases(arch)
         ensure_base_lists([SUITE, SUITE + "-slim"], build, remake=base_secs > 0)
     except Skip as e:
         log("SKIP: %s" % e)
