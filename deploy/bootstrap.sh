@@ -10,11 +10,23 @@
 #                              the libFuzzer targets (tests/fuzz/run.sh), valgrind memcheck
 #                              over part of the integration suite (tests/memcheck.sh), and the
 #                              container image built with podman and run (tests/image/check.py;
-#                              skipped, with the reason, where podman cannot run)
+#                              skipped, with the reason, where podman cannot run); `ucontext` and
+#                              `arm64` are the other fiber switches (below)
+#
+# Suites beyond the three builds:
+#   ucontext   a release build with -Dfiber=ucontext (glibc swapcontext) running the fiber and
+#              virtual-thread tests (build-ucontext/)
+#   arm64      on an x86-64 host: a cross build for arm64 against a sysroot made with mmdebstrap
+#              (deploy/cross/), its unit tests under qemu-user (concurrency races with
+#              ECHOD_TEST_STRESS), ASan+UBSan and TSan builds of the concurrency unit tests, the
+#              fiber test under valgrind memcheck, and an integration smoke through binfmt_misc
+#              (build-arm64*/; docs/threads.md says what emulation does and does not prove)
+#   image      the image for amd64 and arm64 (emulated) and their manifest list
 #
 # Environment:
-#   ECHOD_SUITES   which checks to run, default "release asan tsan fuzz memcheck image"; also
-#                  "soak" (bench/soak: 10 minutes on each of direct and fixed, about 21 min)
+#   ECHOD_SUITES   which checks to run, default "release asan tsan ucontext arm64 fuzz memcheck
+#                  image"; also "soak" (bench/soak: 10 minutes on each of direct and fixed, about
+#                  21 min)
 #   ECHOD_FUZZ_SECONDS  seconds per fuzz target (default 30)
 #   MESON_TEST_ARGS extra arguments for every `meson test` (e.g. "--suite integration")
 set -euo pipefail
@@ -39,6 +51,13 @@ TEST_PKGS=(python3 python3-grpcio python3-grpc-tools python3-h2 python3-yaml pyt
 # The image check: podman with runc (crun, podman's default, fails on hybrid cgroup hosts),
 # mmdebstrap for the local debian:bookworm(-slim) bases, git for the build context.
 IMAGE_PKGS=(podman runc mmdebstrap git)
+# arm64 on an x86-64 host: Debian's cross compiler, qemu-user with its binfmt_misc entries (also
+# what runs the arm64 image), arch-test (mmdebstrap's check that a foreign architecture runs).
+ARM64_PKGS=(gcc-aarch64-linux-gnu qemu-user-static binfmt-support arch-test)
+# The arm64 sysroot (deploy/cross/make-sysroot): BUILD_PKGS' libraries, the sanitizer runtimes,
+# and valgrind (its headers put the stack annotations in the arm64 build; memcheck runs there).
+ARM64_SYSROOT_PKGS=(libc6-dev libh2o-evloop-dev libnghttp2-dev libprotobuf-c-dev libyaml-dev libssl-dev zlib1g-dev
+                    libasan8 libubsan1 libtsan2 valgrind)
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -76,6 +95,9 @@ install_deps() {
     local pkgs=("${BUILD_PKGS[@]}")
     if [ "$1" = test ]; then
         pkgs+=("${TEST_PKGS[@]}" "${IMAGE_PKGS[@]}")
+        if [ "$(uname -m)" = x86_64 ]; then
+            pkgs+=("${ARM64_PKGS[@]}")
+        fi
         # A node that is already on the machine (another distribution of it) is kept.
         if ! command -v node >/dev/null 2>&1; then
             pkgs+=(nodejs npm)
@@ -160,34 +182,70 @@ EOF
     TOTAL_SKIPPED=$((TOTAL_SKIPPED + s))
 }
 
-# run_suite NAME DIR [env assignments...] -- [meson options...]
-run_suite() {
-    local name=$1 dir=$2
-    shift 2
-    local envs=()
+# split_args ARGS...: the ARGS before a `--` into the array BEFORE, those after it into AFTER.
+split_args() {
+    BEFORE=()
     while [ "$#" -gt 0 ] && [ "$1" != -- ]; do
-        envs+=("$1")
+        BEFORE+=("$1")
         shift
     done
-    [ "$#" -gt 0 ] && shift
-    log "test suite '$name' in $dir"
-    local prefix=()
+    [ "$#" -eq 0 ] || shift
+    AFTER=("$@")
+}
+
+# meson_tests NAME DIR [env assignments...] -- [meson test arguments...]: runs the tests of a
+# built DIR and counts them as NAME; returns meson's status.
+meson_tests() {
+    local name=$1 dir=$2
+    shift 2
+    split_args "$@"
+    local envs=("${BEFORE[@]}")
+    set -- "${AFTER[@]}"
+    local prefix=() mult=2 rc=0
     if [ "$name" = tsan ] && command -v setarch >/dev/null 2>&1; then
         # ThreadSanitizer wants a fixed memory layout; high mmap ASLR entropy breaks it.
         prefix=(setarch "$(uname -m)" -R)
     fi
+    case $name in
+    release | ucontext) mult=1 ;;
+    arm64*) mult=3 ;; # emulated: what a run takes grows (the tests' own waits scale by ECHOD_SANITIZER)
+    esac
+    rm -f "$dir/meson-logs/testlog.json"
+    env "${envs[@]}" "${prefix[@]}" meson test -C "$dir" --print-errorlogs --timeout-multiplier "$mult" "$@" || rc=$?
+    count_results "$dir" "$name"
+    return "$rc"
+}
+
+# skip_suite NAME REASON / fail_suite NAME REASON: a suite that cannot run here, or that broke
+# before its tests did.
+skip_suite() {
+    log "$1: skipped: $2"
+    TOTAL_SKIPPED=$((TOTAL_SKIPPED + 1))
+    SKIPPED_SUITES+=("$1")
+}
+fail_suite() {
+    log "$1: FAILED: $2"
+    TOTAL_FAILED=$((TOTAL_FAILED + 1))
+    FAILED_SUITES+=("$1")
+}
+
+# run_suite NAME DIR [env assignments...] -- [meson options...]: configures and builds DIR, then
+# runs its tests: MESON_TEST_ARGS, or else SUITE_TESTS (a suite's own selection), or all.
+run_suite() {
+    local name=$1 dir=$2
+    shift 2
+    split_args "$@"
+    local envs=("${BEFORE[@]}")
+    set -- "${AFTER[@]}"
+    log "test suite '$name' in $dir"
     local rc=0
     setup_build "$dir" -Dwerror=true "$@" || rc=$?
     if [ "$rc" -eq 0 ]; then
         ninja -C "$dir" || rc=$?
     fi
     if [ "$rc" -eq 0 ]; then
-        rm -f "$dir/meson-logs/testlog.json"
         # shellcheck disable=SC2086
-        env "${envs[@]}" "${prefix[@]}" meson test -C "$dir" --print-errorlogs \
-            --timeout-multiplier "$([ "$name" = release ] && echo 1 || echo 2)" \
-            ${MESON_TEST_ARGS:-} || rc=$?
-        count_results "$dir" "$name"
+        meson_tests "$name" "$dir" "${envs[@]}" -- ${MESON_TEST_ARGS:-${SUITE_TESTS:-}} || rc=$?
     else
         log "$name: build failed"
         TOTAL_FAILED=$((TOTAL_FAILED + 1))
@@ -219,9 +277,96 @@ run_script() {
     fi
 }
 
+# Lets the kernel run arm64 binaries through qemu-aarch64-static (binfmt_misc; root mounts it and
+# enables Debian's qemu-user-static entry). Prints nothing when it can, else why it cannot.
+arm64_binfmt() {
+    local entry=/proc/sys/fs/binfmt_misc/qemu-aarch64
+    if [ ! -e /proc/sys/fs/binfmt_misc/register ] &&
+        ! as_root mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc >/dev/null 2>&1; then
+        echo "binfmt_misc is not mounted and cannot be here (mount -t binfmt_misc)"
+        return
+    fi
+    if ! grep -qs '^enabled' "$entry" && command -v update-binfmts >/dev/null 2>&1; then
+        as_root update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
+    fi
+    if ! grep -qs '^enabled' "$entry"; then
+        echo "qemu-aarch64 is not enabled in binfmt_misc (update-binfmts --enable qemu-aarch64 failed)"
+    elif ! grep -qs '^flags:.*F' "$entry"; then
+        echo "qemu-aarch64's binfmt_misc entry lacks the F flag: containers could not find the interpreter"
+    fi
+}
+
+# What the arm64 sanitizer builds run: ASan+UBSan the concurrency unit tests; TSan, whose verdict
+# on the others is the tsan suite's (it checks the source's orders, whatever the machine), the
+# tests of the aarch64 switch's TSan fiber annotations only (TSan under qemu is slow).
+ARM64_ASAN_TESTS="test_fiber test_exec test_serializer test_pool test_call"
+ARM64_TSAN_TESTS="test_fiber test_exec"
+
+# The arm64 suite: a cross build against an mmdebstrap sysroot, its tests under qemu-user.
+run_arm64() {
+    if [ "$(uname -m)" != x86_64 ]; then
+        skip_suite arm64 "the host is $(uname -m): the arm64 suite cross-builds on x86-64 (on arm64 the release, asan and tsan suites are native)"
+        return
+    fi
+    local tool
+    for tool in aarch64-linux-gnu-gcc qemu-aarch64-static mmdebstrap; do
+        if ! command -v "$tool" >/dev/null 2>&1; then
+            skip_suite arm64 "$tool is missing (deploy/bootstrap.sh test installs ${ARM64_PKGS[*]})"
+            return
+        fi
+    done
+    local sysroot=$ROOT/build-sysroot-arm64 rc=0
+    deploy/cross/make-sysroot arm64 "$sysroot" "${ARM64_SYSROOT_PKGS[@]}" || rc=$?
+    if [ "$rc" -eq 77 ]; then
+        skip_suite arm64 "no arm64 sysroot (make-sysroot said why)"
+        return
+    elif [ "$rc" -ne 0 ]; then
+        fail_suite arm64 "making the arm64 sysroot failed"
+        return
+    fi
+    local cross=(--cross-file "$sysroot/sysroot.ini" --cross-file "$ROOT/deploy/cross/aarch64-linux-gnu.ini")
+    local binfmt
+    binfmt=$(arm64_binfmt)
+    # the unit tests run through meson's exe_wrapper (qemu-aarch64-static), binfmt_misc or not;
+    # the races (test_serializer, test_exec) 20 times over
+    SUITE_TESTS="--suite unit" run_suite arm64 build-arm64 ECHOD_SANITIZER= ECHOD_TEST_STRESS=20 -- \
+        --buildtype=release "${cross[@]}"
+    if [ -n "$binfmt" ]; then
+        skip_suite arm64-smoke "$binfmt"
+    elif [ -x build-arm64/daemon/echod ]; then
+        # grpcio unary and bidi, the virtual arm's parking, drain on SIGTERM mid-call, health and
+        # reflection; emulation gets the sanitizers' time allowance (ECHOD_SANITIZER: SLOW = 4)
+        # shellcheck disable=SC2086
+        meson_tests arm64-smoke build-arm64 ECHOD_SANITIZER=qemu -- \
+            ${MESON_TEST_ARGS:-test_echo_grpcio test_virtual test_drain test_services} || FAILED_SUITES+=(arm64-smoke)
+    fi
+    # LeakSanitizer cannot stop the world under qemu-user (it needs ptrace): leaks are the asan suite's
+    SUITE_TESTS=$ARM64_ASAN_TESTS run_suite arm64-asan build-arm64-asan ECHOD_SANITIZER=asan \
+        ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 -- \
+        -Db_sanitize=address,undefined -Db_lundef=false "${cross[@]}"
+    if [ -n "$binfmt" ]; then
+        # ThreadSanitizer re-executes itself with ASLR off: the re-exec needs binfmt_misc
+        skip_suite arm64-tsan "$binfmt"
+    else
+        SUITE_TESTS=$ARM64_TSAN_TESTS run_suite arm64-tsan build-arm64-tsan ECHOD_SANITIZER=tsan \
+            "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1" -- -Db_sanitize=thread "${cross[@]}"
+    fi
+    if [ -x build-arm64/tests/unit/test_fiber ]; then
+        # valgrind's own arm64 build, from the sysroot, under qemu: the stacks registered, every
+        # switch clean. valgrind under qemu-user cannot end a process while another of its threads
+        # sits in a system call (the signal it kills threads with, 64, has no host signal there:
+        # docs/threads.md), so only test_fiber runs here (it joins every thread it starts; about
+        # 15 s), and timeout ends its whole process group: TERM after 300 s, which valgrind there
+        # cannot act on, then KILL.
+        run_script arm64-memcheck timeout -k 10 300 env QEMU_LD_PREFIX="$sysroot" \
+            VALGRIND_LIB="$sysroot/usr/libexec/valgrind" qemu-aarch64-static "$sysroot/usr/bin/valgrind.bin" \
+            --tool=memcheck --error-exitcode=99 --quiet build-arm64/tests/unit/test_fiber
+    fi
+}
+
 run_tests() {
-    local suites=${ECHOD_SUITES:-release asan tsan fuzz memcheck image}
-    local s tsan_opts lsan_opts
+    local suites=${ECHOD_SUITES:-release asan tsan ucontext arm64 fuzz memcheck image}
+    local s tsan_opts lsan_opts why
     for s in $suites; do
         case $s in
         release)
@@ -246,6 +391,14 @@ run_tests() {
             run_suite tsan build-tsan ECHOD_SANITIZER=tsan "TSAN_OPTIONS=$tsan_opts" \
                 -- -Db_sanitize=thread
             ;;
+        ucontext)
+            # the fallback switch (glibc swapcontext) forced on x86-64: the fiber and virtual tests
+            SUITE_TESTS="test_fiber test_exec test_virtual" run_suite ucontext build-ucontext ECHOD_SANITIZER= -- \
+                --buildtype=release -Dfiber=ucontext
+            ;;
+        arm64)
+            run_arm64
+            ;;
         fuzz)
             # each libFuzzer target for ECHOD_FUZZ_SECONDS against its corpus (clang, ASan+UBSan)
             run_script fuzz tests/fuzz/run.sh "${ECHOD_FUZZ_SECONDS:-30}"
@@ -255,7 +408,12 @@ run_tests() {
             run_script memcheck env ECHOD_BIN="$ROOT/build/daemon/echod" tests/memcheck.sh
             ;;
         image)
-            # deploy/Dockerfile built with podman from this checkout and run (deploy/README.md)
+            # deploy/Dockerfile built with podman from this checkout for amd64 and (through
+            # binfmt_misc) arm64, each run, and their manifest list (deploy/README.md)
+            if [ "$(uname -m)" = x86_64 ]; then
+                why=$(arm64_binfmt) # the check skips the arm64 image, saying why, if this fails
+                [ -z "$why" ] || log "image: $why"
+            fi
             run_script image /usr/bin/python3 tests/image/check.py
             ;;
         soak)

@@ -145,7 +145,9 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     } else if (path_is(req, "/healthz")) {
         respond_text(req, 200, "OK", "ok\n");
     } else {
-        echod_admin_state_t state = atomic_load_explicit(&admin->state, memory_order_relaxed);
+        /* acquire, against set_serving's seq_cst CAS: a 200 is answered only after what main
+         * started before it (the loops) is visible here, as a /metrics scrape after it expects */
+        echod_admin_state_t state = atomic_load_explicit(&admin->state, memory_order_acquire);
         if (state == ECHOD_ADMIN_SERVING)
             respond_text(req, 200, "OK", "ready\n");
         else

@@ -73,15 +73,21 @@ void echod_call_release(echod_call_t *call)
     call->ops->free(call);
 }
 
+/*
+ * `cancelled` publishes no data: a reader that sees it only skips work, so relaxed loads do. The
+ * one ordering that matters is echod_call_cancel's seq_cst exchange against the parking carrier's
+ * seq_cst load (exec_virtual.c: file_parked and echod_exec_interrupt).
+ */
 int echod_call_is_cancelled(echod_call_t *call)
 {
-    return atomic_load_explicit(&call->cancelled, memory_order_acquire);
+    return atomic_load_explicit(&call->cancelled, memory_order_relaxed);
 }
 
 void echod_call_cancel(echod_call_t *call)
 {
-    /* seq_cst: echod_exec_interrupt's protocol with a fiber that is parking right now */
-    atomic_store_explicit(&call->cancelled, 1, memory_order_seq_cst);
+    /* seq_cst: echod_exec_interrupt's protocol with a fiber that is parking right now; an
+     * exchange, not a store (docs/threads.md, "Store-buffering pairs") */
+    atomic_exchange_explicit(&call->cancelled, 1, memory_order_seq_cst);
     echod_exec_interrupt(&call->sleeper);
 }
 
@@ -94,9 +100,15 @@ void echod_call_sleep(echod_call_t *call, uint32_t us)
         ;
 }
 
+/*
+ * out_bytes is a byte count, not a guard for other data (messages cross threads in loop tasks),
+ * so relaxed does: the ready transition is decided by the transport's fetch_sub on the one
+ * variable's modification order (stream.c), and a handler that reads "not ready" after its own
+ * fetch_add sees that add or a later value, so the sub that crosses the limit comes after it.
+ */
 int echod_call_is_ready(echod_call_t *call)
 {
-    return atomic_load_explicit(&call->out_bytes, memory_order_acquire) <
+    return atomic_load_explicit(&call->out_bytes, memory_order_relaxed) <
            call->dispatcher->cfg->transport.max_send_buffer_bytes;
 }
 
@@ -175,7 +187,7 @@ static void do_start(echod_call_t *call)
 {
     if (call->method == NULL || echod_call_is_cancelled(call))
         return;
-    atomic_store_explicit(&call->handler_started, 1, memory_order_release);
+    atomic_store_explicit(&call->handler_started, 1, memory_order_relaxed); /* a counter's choice only */
     ECHOD_COUNT(echod_metrics.methods[call->method->metrics_index].started);
     /* like a server interceptor: a malformed echod-* header fails the call before the handler */
     if (call->work_error != NULL && !call->method->on_loop) { /* a probe never fails on a knob */
@@ -238,7 +250,7 @@ static echod_msg_t *call_inflate(echod_call_t *call, echod_msg_t *msg)
     } else {
         snprintf(text, sizeof(text), "Could not decompress %s message: %s", enc, echod_inflate_status_str(st));
     }
-    atomic_store_explicit(&call->cancelled, 1, memory_order_release);
+    atomic_store_explicit(&call->cancelled, 1, memory_order_relaxed); /* this call's own step: no sleeper to wake */
     echod_call_close(call, code, text);
     return NULL;
 }
@@ -442,7 +454,7 @@ void echod_call_send(echod_call_t *call, echod_msg_t *msg)
     ECHOD_COUNT(echod_metrics.methods[call->method->metrics_index].msg_sent);
     charge_here(call, ECHOD_CHARGE_MESSAGE); /* grpc-java serializes and frames it here, in sendMessage */
     msg = call_encode(call, msg);
-    atomic_fetch_add_explicit(&call->out_bytes, echod_msg_frame_len(msg), memory_order_acq_rel);
+    atomic_fetch_add_explicit(&call->out_bytes, echod_msg_frame_len(msg), memory_order_relaxed);
     call->ops->send(call, msg);
 }
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dispatch/exec_internal.h"
+#include "dispatch/fiber.h"
 #include "util/cgroup.h"
 
 /* Which executor the calling thread works for; NULL on every thread that is not a worker. */
@@ -135,6 +136,11 @@ int echod_exec_vthreads(const echod_exec_t *exec, echod_exec_vthreads_t *out)
         return 0;
     exec->ops->vthreads(exec, out);
     return 1;
+}
+
+const char *echod_exec_fiber_switch(void)
+{
+    return echod_fiber_switch_name();
 }
 
 unsigned echod_exec_busy_threads(const echod_exec_t *exec)

@@ -91,6 +91,10 @@ typedef struct {
     size_t stack_peak_bytes; /* deepest stack use seen so far (page-accurate, from freed stacks) */
 } echod_exec_vthreads_t;
 
+/* The virtual threads' context switch in this build (echod_build_info's fiber_switch label):
+ * "x86_64" or "aarch64" (dispatch/fiber.c's assembly) or "ucontext" (glibc swapcontext). */
+const char *echod_exec_fiber_switch(void);
+
 /* Fills *out and returns 1 for a virtual executor; 0 (out untouched) for every other mode. */
 int echod_exec_vthreads(const echod_exec_t *exec, echod_exec_vthreads_t *out);
 

@@ -255,8 +255,9 @@ static void resubmit(vexec_t *vx, vt_t *v)
 static void file_parked(vexec_t *vx, vt_t *v)
 {
     echod_exec_sleeper_t *s = v->sleeper;
-    /* seq_cst pairs with echod_exec_interrupt: it either sees this executor or we see its cancel */
-    atomic_store_explicit(&s->exec, &vx->super, memory_order_seq_cst);
+    /* seq_cst pairs with echod_exec_interrupt: it either sees this executor or we see its cancel
+     * (an exchange, not a store: docs/threads.md, "Store-buffering pairs") */
+    atomic_exchange_explicit(&s->exec, &vx->super, memory_order_seq_cst);
     pthread_mutex_lock(&vx->timer_lock);
     int wake_now = vx->stopping || atomic_load_explicit(s->cancelled, memory_order_seq_cst);
     if (!wake_now) {
@@ -280,6 +281,8 @@ static void vt_ended(vexec_t *vx, vt_t *v)
     if (v->stack != NULL)
         put_stack(vx, v->stack);
     free(v);
+    /* seq_cst pairs with vx_destroy's exchange of `draining` then load of `live`: either it sees our
+     * decrement, or we see `draining` and wake it (under idle_lock, so the wake-up is not lost) */
     if (atomic_fetch_sub_explicit(&vx->live, 1, memory_order_seq_cst) == 1 &&
         atomic_load_explicit(&vx->draining, memory_order_seq_cst)) {
         pthread_mutex_lock(&vx->idle_lock);
@@ -371,7 +374,8 @@ int echod_exec_sleep(echod_exec_sleeper_t *s, uint64_t ns)
     vt_t *v = current_vt();
     if (v == NULL)
         return -1;
-    if (ns == 0 || atomic_load_explicit(s->cancelled, memory_order_acquire))
+    /* only a shortcut: file_parked's seq_cst read under the timer lock is what no cancel gets past */
+    if (ns == 0 || atomic_load_explicit(s->cancelled, memory_order_relaxed))
         return 0;
     atomic_fetch_add_explicit(&v->owner->parks, 1, memory_order_relaxed);
     v->wake_ns = echod_now_ns() + ns;
@@ -523,7 +527,7 @@ static void vx_destroy(echod_exec_t *exec)
         next = v->next_due;
         resubmit(vx, v);
     }
-    atomic_store_explicit(&vx->draining, 1, memory_order_seq_cst);
+    atomic_exchange_explicit(&vx->draining, 1, memory_order_seq_cst); /* vt_ended's pair */
     pthread_mutex_lock(&vx->idle_lock);
     while (atomic_load_explicit(&vx->live, memory_order_seq_cst) != 0)
         pthread_cond_wait(&vx->idle_cond, &vx->idle_lock);

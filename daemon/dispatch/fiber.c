@@ -1,8 +1,13 @@
 /*
- * The fiber switch (see fiber.h). On x86-64 a switch pushes the six callee-saved registers on the
- * old stack, swaps stack pointers and pops them off the new one: that is the whole System V
- * contract for a call, so nothing else needs saving. MXCSR and the x87 control word are
- * callee-saved too, but nothing in echod changes them, so every fiber shares the thread's.
+ * The fiber switch (see fiber.h). A switch saves what the platform's procedure call standard
+ * says a call preserves on the old stack, swaps stack pointers and restores the same off the new
+ * one; whatever else a fiber had live, its compiler already saved around the call.
+ *  - x86-64 (System V): rbx, rbp, r12-r15 and rsp. MXCSR and the x87 control word are
+ *    callee-saved too, but nothing in echod changes them, so every fiber shares the thread's.
+ *  - aarch64 (AAPCS64): x19-x28, the frame pointer x29, the link register x30, sp, and the low
+ *    64 bits of v8-v15 (d8-d15: the upper halves and v0-v7, v16-v31 are caller-saved). The FPCR's
+ *    modes are global to the thread like MXCSR, the FPSR's flags are not preserved by a call,
+ *    and x18 (the platform register) is the thread's: none of them is switched.
  */
 #include <stdint.h>
 #include "dispatch/fiber.h"
@@ -55,11 +60,19 @@ static void fiber_start(echod_fiber_t *f)
 #if !ECHOD_FIBER_USE_UCONTEXT
 /*
  * echod_fiber__jump(save, sp): *save = our stack pointer, then resume the context saved at sp.
- * echod_fiber__boot: where a new fiber's first jump "returns" to; r12 holds the fiber, r13
- * fiber_start (set up by echod_fiber_make), and the stack is 16-byte aligned for the call.
+ * echod_fiber__boot: where a new fiber's first jump "returns" to, with the fiber and fiber_start
+ * in two callee-saved registers (set up by echod_fiber_make) and the stack 16-byte aligned for
+ * the call. Both are hidden: only this file calls them.
  */
 void echod_fiber__jump(void **save, void *sp);
 void echod_fiber__boot(void);
+#if defined(__x86_64__)
+/* The frame jump pushes, from the new stack pointer up: r15 r14 r13 r12 rbx rbp, return address. */
+#define FIBER_FRAME_WORDS 7
+#define FIBER_FRAME_ARG   3 /* r12: the fiber */
+#define FIBER_FRAME_START 2 /* r13: fiber_start */
+#define FIBER_FRAME_FP    5 /* rbp */
+#define FIBER_FRAME_RET   6 /* the return address */
 __asm__(".text\n"
         ".globl echod_fiber__jump\n"
         ".hidden echod_fiber__jump\n"
@@ -89,6 +102,60 @@ __asm__(".text\n"
         "    call *%r13\n"
         "    ud2\n"
         ".size echod_fiber__boot, .-echod_fiber__boot\n");
+#elif defined(__aarch64__)
+/*
+ * The frame (160 bytes, so sp stays 16-byte aligned as AArch64 requires of it at every access),
+ * from the new stack pointer up: x19 ... x28, x29 (fp), x30 (lr), d8 ... d15. The jump returns
+ * through the restored x30, so a new fiber's first jump lands in echod_fiber__boot.
+ */
+#define FIBER_FRAME_WORDS 20
+#define FIBER_FRAME_ARG   0  /* x19: the fiber */
+#define FIBER_FRAME_START 1  /* x20: fiber_start */
+#define FIBER_FRAME_FP    10 /* x29 */
+#define FIBER_FRAME_RET   11 /* x30 */
+__asm__(".text\n"
+        ".p2align 2\n"
+        ".globl echod_fiber__jump\n"
+        ".hidden echod_fiber__jump\n"
+        ".type echod_fiber__jump, %function\n"
+        "echod_fiber__jump:\n"
+        "    sub sp, sp, #160\n"
+        "    stp x19, x20, [sp, #0]\n"
+        "    stp x21, x22, [sp, #16]\n"
+        "    stp x23, x24, [sp, #32]\n"
+        "    stp x25, x26, [sp, #48]\n"
+        "    stp x27, x28, [sp, #64]\n"
+        "    stp x29, x30, [sp, #80]\n"
+        "    stp d8, d9, [sp, #96]\n"
+        "    stp d10, d11, [sp, #112]\n"
+        "    stp d12, d13, [sp, #128]\n"
+        "    stp d14, d15, [sp, #144]\n"
+        "    mov x9, sp\n"
+        "    str x9, [x0]\n"
+        "    mov sp, x1\n"
+        "    ldp x19, x20, [sp, #0]\n"
+        "    ldp x21, x22, [sp, #16]\n"
+        "    ldp x23, x24, [sp, #32]\n"
+        "    ldp x25, x26, [sp, #48]\n"
+        "    ldp x27, x28, [sp, #64]\n"
+        "    ldp x29, x30, [sp, #80]\n"
+        "    ldp d8, d9, [sp, #96]\n"
+        "    ldp d10, d11, [sp, #112]\n"
+        "    ldp d12, d13, [sp, #128]\n"
+        "    ldp d14, d15, [sp, #144]\n"
+        "    add sp, sp, #160\n"
+        "    ret\n"
+        ".size echod_fiber__jump, .-echod_fiber__jump\n"
+        ".p2align 2\n"
+        ".globl echod_fiber__boot\n"
+        ".hidden echod_fiber__boot\n"
+        ".type echod_fiber__boot, %function\n"
+        "echod_fiber__boot:\n"
+        "    mov x0, x19\n"
+        "    blr x20\n"
+        "    brk #1\n"
+        ".size echod_fiber__boot, .-echod_fiber__boot\n");
+#endif
 #else
 /* makecontext passes ints only: the fiber pointer travels in two halves. */
 static void uc_boot(unsigned hi, unsigned lo)
@@ -121,14 +188,16 @@ void echod_fiber_make(echod_fiber_t *f, void *stack_lo, size_t size, void (*entr
     f->tsan_owned = 1;
 #endif
 #if !ECHOD_FIBER_USE_UCONTEXT
-    /* What echod_fiber__jump pops: r15 r14 r13 r12 rbx rbp, then the return address (boot). */
+    /* The frame echod_fiber__jump restores: a zero frame pointer ends frame-pointer walks
+     * (ASan's, perf's) here; the return address is boot. */
     uintptr_t top = ((uintptr_t)stack_lo + size) & ~(uintptr_t)15;
-    void **slot = (void **)(top - 72);
-    slot[0] = slot[1] = NULL;
-    slot[2] = (void *)fiber_start;
-    slot[3] = f;
-    slot[4] = slot[5] = NULL; /* rbp 0 ends frame-pointer walks (ASan's, perf's) here */
-    slot[6] = (void *)echod_fiber__boot;
+    void **slot = (void **)(top - FIBER_FRAME_WORDS * sizeof(void *));
+    for (int i = 0; i < FIBER_FRAME_WORDS; i++)
+        slot[i] = NULL;
+    slot[FIBER_FRAME_ARG] = f;
+    slot[FIBER_FRAME_START] = (void *)fiber_start;
+    slot[FIBER_FRAME_FP] = NULL;
+    slot[FIBER_FRAME_RET] = (void *)echod_fiber__boot;
     f->sp = slot;
 #else
     getcontext(&f->uc);
@@ -179,6 +248,17 @@ void echod_fiber_dispose(echod_fiber_t *f)
 #endif
     f->tsan_fiber = NULL;
     f->tsan_owned = 0;
+}
+
+const char *echod_fiber_switch_name(void)
+{
+#if ECHOD_FIBER_USE_UCONTEXT
+    return "ucontext";
+#elif defined(__x86_64__)
+    return "x86_64";
+#else
+    return "aarch64";
+#endif
 }
 
 unsigned echod_fiber_stack_register(void *lo, size_t size)

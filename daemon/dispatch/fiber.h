@@ -2,10 +2,11 @@
  * Fibers for `executor.mode: virtual`: a saved CPU context on a stack of its own, and the one
  * operation on it, switch. Private to daemon/dispatch (exec_virtual.c) and its unit test.
  *
- * The switch is a few lines of x86-64 assembly in fiber.c: it saves the callee-saved registers
- * and the stack pointer, nothing else (no signal mask, unlike glibc's swapcontext, which makes an
- * rt_sigprocmask system call per switch: docs/virtual-threads.md has the measured difference).
- * Other architectures, or -DECHOD_FIBER_UCONTEXT, use makecontext/swapcontext.
+ * The switch is a few lines of assembly in fiber.c, for x86-64 and aarch64: it saves the
+ * callee-saved registers and the stack pointer, nothing else (no signal mask, unlike glibc's
+ * swapcontext, which makes an rt_sigprocmask system call per switch: docs/virtual-threads.md has
+ * the measured difference). Other architectures, or -Dfiber=ucontext (ECHOD_FIBER_UCONTEXT), use
+ * makecontext/swapcontext.
  *
  * Sanitizers and valgrind are told about every stack and switch: ASan
  * (__sanitizer_start/finish_switch_fiber), TSan (__tsan_*_fiber, which also carries the
@@ -20,7 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#if !defined(__x86_64__) || defined(ECHOD_FIBER_UCONTEXT)
+#if !(defined(__x86_64__) || defined(__aarch64__)) || defined(ECHOD_FIBER_UCONTEXT)
 #define ECHOD_FIBER_USE_UCONTEXT 1
 #include <ucontext.h>
 #endif
@@ -57,6 +58,9 @@ void echod_fiber_switch(echod_fiber_t *from, echod_fiber_t *to);
 
 /* Forgets a suspended fiber (its TSan context, its stack's ASan poison) before its stack is freed. */
 void echod_fiber_dispose(echod_fiber_t *f);
+
+/* Which switch this build uses: "x86_64" or "aarch64" (fiber.c's assembly), or "ucontext". */
+const char *echod_fiber_switch_name(void);
 
 /* Tells valgrind a stack exists / is gone (no-ops without valgrind). */
 unsigned echod_fiber_stack_register(void *lo, size_t size);

@@ -5,11 +5,19 @@
 
 enum { STOPPED = 0, RUNNING = 1 };
 
-/* Vyukov's intrusive MPSC queue: push is one exchange, pop is consumer-only. */
+/*
+ * Vyukov's intrusive MPSC queue: push is one exchange, pop is consumer-only.
+ *
+ * The exchange is seq_cst, not just acq_rel (release publishes the step, acquire orders the link
+ * after the previous push): submit's exchange on `head` then CAS on `running`, and drain_run's
+ * exchange on `running` then load of `head`, are a store-buffering pair, and C11 forbids both
+ * sides reading the other's old value only when all four are seq_cst. x86-64 (xchg) and aarch64
+ * (swpal, or ldaxr/stlxr) emit the same instructions for both orders, so it costs nothing.
+ */
 static void mpsc_push(echod_serializer_t *s, echod_step_t *step)
 {
     atomic_store_explicit(&step->next, NULL, memory_order_relaxed);
-    echod_step_t *prev = atomic_exchange_explicit(&s->head, step, memory_order_acq_rel);
+    echod_step_t *prev = atomic_exchange_explicit(&s->head, step, memory_order_seq_cst);
     atomic_store_explicit(&prev->next, step, memory_order_release);
 }
 
@@ -75,7 +83,9 @@ static void drain_run(echod_task_t *task)
     /* like SerializingExecutor.run: stop after a step that switched the executor */
     while (s->exec == exec && (step = mpsc_pop(s)) != NULL)
         step->run(step);
-    atomic_store_explicit(&s->running, STOPPED, memory_order_seq_cst);
+    /* Either the submitter's CAS sees STOPPED and dispatches, or we see its push (mpsc_push).
+     * An exchange, not a store: docs/threads.md, "Store-buffering pairs". */
+    atomic_exchange_explicit(&s->running, STOPPED, memory_order_seq_cst);
     if (!mpsc_empty(s)) {
         int expected = STOPPED;
         if (atomic_compare_exchange_strong(&s->running, &expected, RUNNING))

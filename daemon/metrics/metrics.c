@@ -1017,6 +1017,7 @@ static void render_build_info(mbuf_t *b)
     family(b, "echod_build_info", "gauge", "Always 1; the labels name the build and the arm being measured.");
     mbuf_puts(b, "echod_build_info{");
     mbuf_label(b, 1, "version", metrics_version);
+    mbuf_label(b, 0, "fiber_switch", echod_exec_fiber_switch());
     if (cfg != NULL) {
         mbuf_label(b, 0, "arm", cfg->arm);
         mbuf_label(b, 0, "executor", echod_exec_mode_name(cfg->executor.mode));

@@ -135,7 +135,7 @@ void echod_stream_copy_data(echod_stream_t *s, uint8_t *dst, size_t length)
     }
     if (freed != 0) {
         size_t limit = s->call.dispatcher->cfg->transport.max_send_buffer_bytes;
-        size_t before = atomic_fetch_sub_explicit(&s->call.out_bytes, freed, memory_order_acq_rel);
+        size_t before = atomic_fetch_sub_explicit(&s->call.out_bytes, freed, memory_order_relaxed);
         if (before >= limit && before - freed < limit) {
             s->ready_due = 1; /* grpc-java's onReady: a transition back to ready */
             echod_conn__touch(s->conn, s);
@@ -189,7 +189,7 @@ static void resume_data(echod_stream_t *s)
 static void send_message(echod_stream_t *s, echod_msg_t *msg)
 {
     if (!send_open(s)) {
-        atomic_fetch_sub_explicit(&s->call.out_bytes, echod_msg_frame_len(msg), memory_order_acq_rel);
+        atomic_fetch_sub_explicit(&s->call.out_bytes, echod_msg_frame_len(msg), memory_order_relaxed);
         echod_msg_free(msg);
         return;
     }
@@ -243,7 +243,7 @@ static void on_deadline(h2o_timeout_entry_t *entry)
     echod_stream_t *s = H2O_STRUCT_FROM_MEMBER(echod_stream_t, deadline, entry);
     if (s->send >= ECHOD_SEND_TRAILERS_QUEUED || s->state == ECHOD_STREAM_CLOSED)
         return;
-    if (!atomic_load_explicit(&s->call.handler_started, memory_order_acquire))
+    if (!atomic_load_explicit(&s->call.handler_started, memory_order_relaxed))
         ECHOD_COUNT(echod_metrics.deadline_expired_queued);
     echod_call_cancel(&s->call);
     echod_stream_close(s, ECHOD_DEADLINE_EXCEEDED, "Deadline exceeded", NULL);

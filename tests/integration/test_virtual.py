@@ -73,6 +73,11 @@ class OneCarrier(DaemonTestCase):
         self.assertEqual(m.metric("echod_executor_threads", executor="virtual"), 2)
         info = m.series("echod_build_info")[0][0]
         self.assertEqual(info.get("executor"), "virtual")
+        # the switch this build was meant to test (meson: host CPU and -Dfiber; set by meson test)
+        want = os.environ.get("ECHOD_EXPECT_FIBER_SWITCH")
+        if want:
+            self.assertEqual(info.get("fiber_switch"), want)
+        self.assertIn(info.get("fiber_switch"), ("x86_64", "aarch64", "ucontext"))
 
     def unary_sleepers(self, n, us):
         futures = [self.stub.UnaryEcho.future("s%d" % i, timeout=T, metadata=sleep_md(us)) for i in range(n)]

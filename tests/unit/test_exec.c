@@ -3,6 +3,9 @@
  * worker marker, the shape of each pool (cached grows, expires, honours max_threads;
  * workstealing steals; fixed:1 is FIFO), gauges, the queue-wait observer, and shutdown that
  * runs queued work including work submitted while shutting down.
+ *
+ * ECHOD_TEST_STRESS=N multiplies the rounds of the cancel-while-parking race (CI runs the arm64
+ * build under qemu with it: docs/threads.md).
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -10,7 +13,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -797,6 +802,38 @@ static void test_virtual_interrupt(void)
     free(st);
 }
 
+/*
+ * A cancel racing a fiber that is parking, once per round, as echod_call_cancel does it (an
+ * exchange on the call's flag, then echod_exec_interrupt): the carrier files the fiber and reads
+ * the flag, the canceller sets the flag and reads which executor it parks on. A lost cancel
+ * leaves the fiber asleep for its whole hour; any round slower than 30 s counts as one.
+ */
+static void test_virtual_cancel_race(long rounds)
+{
+    echod_exec_t *exec = make(ECHOD_EXEC_VIRTUAL, 2, 0, 0, "vt-race");
+    CHECK(exec != NULL);
+    if (exec == NULL)
+        return;
+    sleep_task_t *st = sleep_tasks((unsigned)rounds, 3600ull * 1000000000u);
+    atomic_store(&sleeps_done, 0);
+    long lost = 0;
+    for (long i = 0; i < rounds && lost == 0; i++) {
+        echod_exec_submit(exec, &st[i].task);
+        for (volatile long spin = (i * 7) % 61 * 10; spin > 0; spin--)
+            ;
+        atomic_exchange(&st[i].cancelled, 1);
+        echod_exec_interrupt(&st[i].sleeper);
+        if (!wait_count(&sleeps_done, (unsigned long)i + 1, 30000))
+            lost++;
+    }
+    CHECK(lost == 0);
+    echod_exec_vthreads_t v = vthreads(exec);
+    printf("virtual: %ld cancels racing a park, %llu parked first, %ld lost\n", rounds, (unsigned long long)v.parks,
+           lost);
+    echod_exec_destroy(exec); /* wakes a sleeper a lost cancel left */
+    free(st);
+}
+
 static void test_virtual_destroy_wakes_sleepers(void)
 {
     echod_exec_t *exec = make(ECHOD_EXEC_VIRTUAL, 2, 0, 0, "vt-stop");
@@ -837,11 +874,20 @@ static void deep_run(echod_task_t *t)
 
 static void test_virtual_guard_page(void)
 {
-    /* a child overflows its virtual thread's stack: it must die (SIGSEGV, or ASan's report) */
+    /*
+     * A child overflows its virtual thread's stack: it must die (SIGSEGV, or ASan's report). It
+     * never outlives this test: it dies with it (PR_SET_PDEATHSIG), and one that has not ended
+     * in 60 s is killed and counted a failure. valgrind under qemu-user cannot end a process
+     * whose other threads sit in a system call (its thread-killing signal has no host signal
+     * there), and such a child, its parent gone, once spun for 1.5 hours (docs/threads.md).
+     */
     fflush(stdout);
+    pid_t parent = getpid();
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(5);
         echod_exec_config_t cfg = {.mode = ECHOD_EXEC_VIRTUAL, .threads = 1, .stack_bytes = 16384};
         echod_exec_t *exec = echod_exec_create(&cfg, "vt-guard", NULL, 0);
         if (exec == NULL)
@@ -852,7 +898,16 @@ static void test_virtual_guard_page(void)
         _exit(4);
     }
     int status = 0;
-    CHECK(waitpid(pid, &status, 0) == pid);
+    pid_t got = 0;
+    for (int i = 0; i < 6000 && (got = waitpid(pid, &status, WNOHANG)) == 0; i++)
+        sleep_ms(10);
+    if (got == 0) {
+        fprintf(stderr, "guard page: the overflowing child had not ended after 60 s: killed\n");
+        kill(pid, SIGKILL);
+        got = waitpid(pid, &status, 0);
+        CHECK(!"the overflowing child ended by itself");
+    }
+    CHECK(got == pid);
     CHECK(!(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) >= 3)));
 }
 
@@ -920,6 +975,7 @@ int main(void)
     test_virtual_parks();
     test_virtual_interrupt();
     test_virtual_destroy_wakes_sleepers();
+    test_virtual_cancel_race((SANITIZED ? 500 : 2000) * check_stress());
     test_virtual_guard_page();
     test_cpus();
     test_create_errors();

@@ -2,8 +2,12 @@
  * The per-call serializer: order under contention, coalescing, the re-dispatch race, executor
  * switch mid-stream, pass-through, and the owner's lifetime hooks. Counts come from
  * echod_metrics, the same counters /metrics shows.
+ *
+ * ECHOD_TEST_STRESS=N multiplies the rounds of the races (CI runs the arm64 build under qemu with
+ * it: docs/threads.md).
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
@@ -219,6 +223,58 @@ static void test_switch(void)
     free(o);
 }
 
+/*
+ * The end of a drain against the next submit, once per round: one producer submits a step and
+ * waits for it to run, so every submit lands while the drain that ran the previous step is
+ * stopping (the steps are made beforehand and the delay varies by round, so that some submits
+ * land in the few instructions between the drain's exchange on `running` and its load of
+ * `head`). A lost dispatch (the submit saw RUNNING, the stopping drain saw no step) leaves a step
+ * queued with the serializer STOPPED and no drain holding the owner (refs 0): nobody would ever
+ * run it. That state is checked, not a time limit; the next submit then runs it.
+ */
+typedef struct {
+    echod_step_t super;
+    owner_t *o;
+} race_step_t;
+
+static void race_run(echod_step_t *step)
+{
+    atomic_fetch_add(&((race_step_t *)step)->o->ran, 1);
+}
+
+static long test_drain_race(echod_exec_mode_t mode, unsigned threads, long rounds)
+{
+    echod_exec_t *exec = make_exec(mode, threads);
+    echod_exec_metrics_t *m = echod_metrics_add_exec("race", exec);
+    owner_t *o = malloc(sizeof(*o));
+    race_step_t *steps = calloc((size_t)rounds + 1, sizeof(*steps));
+    owner_init(o, exec, m, ECHOD_SER_SERIALIZING);
+    long lost = 0;
+    for (long i = 0; i <= rounds; i++) {
+        steps[i].super.run = race_run;
+        steps[i].o = o;
+    }
+    for (long i = 0; i < rounds; i++) {
+        for (volatile long spin = (i * 7) % 61; spin > 0; spin--)
+            ;
+        echod_serializer_submit(&o->s, &steps[i].super);
+        while (atomic_load(&o->ran) < i + 1) {
+            if (atomic_load(&o->s.running) == 0 && atomic_load(&o->refs) == 0 && atomic_load(&o->ran) < i + 1) {
+                lost++; /* stuck for good: the next submit's dispatch runs it */
+                break;
+            }
+        }
+    }
+    echod_serializer_submit(&o->s, &steps[rounds].super); /* runs anything a lost dispatch left */
+    wait_ran(o, rounds + 1);
+    CHECK(lost == 0);
+    printf("drain race %s/%u: %ld rounds, %ld lost dispatches\n", echod_exec_mode_name(mode), threads, rounds, lost);
+    echod_exec_destroy(exec);
+    free(steps);
+    free(o);
+    return lost;
+}
+
 /* The owner's references balance: every retain has its release once the serializer is idle. */
 static void test_refs_balance(void)
 {
@@ -254,5 +310,9 @@ int main(void)
     test_coalescing(ECHOD_EXEC_FIXED, ECHOD_SER_PASSTHROUGH);
     test_switch();
     test_refs_balance();
+    long rounds = (n / 25) * check_stress();
+    test_drain_race(ECHOD_EXEC_FIXED, 1, rounds);
+    test_drain_race(ECHOD_EXEC_WORKSTEALING, 2, rounds);
+    test_drain_race(ECHOD_EXEC_CACHED, 0, rounds / 5);
     return check_done();
 }
