@@ -284,10 +284,21 @@ class Daemon(Echod):
             time.sleep(0.02)
 
     def wait_idle(self, timeout=None):
-        """Waits until no call is in flight; returns that scrape."""
-        return self.wait_metrics(lambda m: m.has("echod_calls_in_flight")
-                                 and m.metric("echod_calls_in_flight") == 0,
-                                 timeout, "echod_calls_in_flight == 0")
+        """Waits until no call is in flight; returns a scrape taken after that was seen.
+
+        A scrape is not a snapshot: it reads the step and call counters before the in-flight
+        gauge, so the scrape that first shows 0 in flight may miss the last call's closed step,
+        submitted between those reads (test_work_model counted 1,201 steps for 200 calls once).
+        Every counter of the calls that had ended is final in a scrape begun after it."""
+        def idle(m):
+            return m.has("echod_calls_in_flight") and m.metric("echod_calls_in_flight") == 0
+        deadline = time.monotonic() + (timeout or 10.0 * SLOW)
+        while True:
+            self.wait_metrics(idle, max(0.1, deadline - time.monotonic()),
+                              "echod_calls_in_flight == 0")
+            m = self.metrics()
+            if idle(m):
+                return m
 
 
 def _interesting(text):

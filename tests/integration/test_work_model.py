@@ -184,6 +184,11 @@ class Model(unittest.TestCase):
         self.assertLessEqual(abs(got - want), tolerance * want,
                              "%s: %.1f µs, expected %.1f within %.0f%%" % (what, got, want, 100 * tolerance))
 
+    def assert_within(self, got, want, under, over, what):
+        self.assertTrue(want * (1 - under) <= got <= want * (1 + over),
+                        "%s: %.1f µs, expected %.1f, %.0f%% under to %.0f%% over" % (
+                            what, got, want, 100 * under, 100 * over))
+
     def check_direct(self, arm, steps):
         r = self.unary(arm)
         c = r["charges"]
@@ -219,10 +224,16 @@ class Model(unittest.TestCase):
         self.assertAlmostEqual(c["handoff", "worker"], r["dispatches"], delta=1e-9, msg=c)
         handoffs = r["dispatches"] + r["tasks"]
         direct = CALL + steps * STEP + 2 * MESSAGE
-        self.assert_near(r["model_us"] - direct, handoffs * HANDOFF, 0.20,
-                         "%s: the extra over direct's model CPU (%.2f hand-offs per call)" % (arm, handoffs))
-        self.assert_near(r["loop_us"], CALL + r["tasks"] * HANDOFF, 0.20,
-                         "%s: the loop's share (the call and the loop tasks)" % arm)
+        # What the model burns is exact (the charges above, each its unit on the thread's CPU
+        # clock). The process's CPU is that plus what the model's pace changes in echod's own work:
+        # a loop busy with a call's charge leaves the workers to park and be woken more often than
+        # a call whose cost is one flat burn in its handler. On a quiet machine that came to 0-26%
+        # over the hand-offs' cost (a loaded one: within 5%, as its threads wake less often), so the
+        # real CPU is held to 20% under and 40% over: a hand-off charged twice would be 100% over.
+        self.assert_within(r["model_us"] - direct, handoffs * HANDOFF, 0.20, 0.40,
+                           "%s: the extra over direct's model CPU (%.2f hand-offs per call)" % (arm, handoffs))
+        self.assert_within(r["loop_us"], CALL + r["tasks"] * HANDOFF, 0.20, 0.40,
+                           "%s: the loop's share (the call and the loop tasks)" % arm)
         return r
 
     def test_pool_cached(self):
