@@ -393,8 +393,10 @@ class _FileRuns:
                 self.untagged_drops.append((ts, value))
             return
         stage = tags.get("stage")
-        if not stage:
-            return  # k6's own timing of the reflection RPC in connect(): no call of the script
+        if not stage or tags.get("warmup"):
+            # k6's own timing of the reflection RPC in connect(): no call of the script; or a
+            # ramp's warm-up call (unary-ramp.js WARMUP_RATE), before its first step
+            return
         r = self.runner(arm or self.source.split(".")[0])
         r.take_tags(tags)
         if "offered" in tags:
@@ -869,7 +871,7 @@ def _read_prometheus(prom, start, end, match):
     found = []
     for name in K6_COUNTERS:
         for labels, pts in prom.samples(selector("k6_%s_total" % name, match), start, end):
-            if pts and labels.get("stage") and not labels.get("probe"):
+            if pts and labels.get("stage") and not labels.get("probe") and not labels.get("warmup"):
                 found.append((name, labels, pts))
     # a stage name that comes with several offered rates in the range (bench/study's one-step
     # runs are all `fixed`) is one step per rate

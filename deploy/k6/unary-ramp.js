@@ -10,7 +10,13 @@
 // All VUS are pre-allocated, and with PRECONNECT=1 (the default) a first scenario, `connect`,
 // opens every VU's connection (k6's gRPC client is one connection per VU) before the ramp
 // starts, so no handshake lands inside a measured step; a VU that still connects during the
-// ramp is counted in late_connects. MAX_VUS above VUS (default: 1000 or VUS) lets k6 initialise
+// ramp is counted in late_connects. With WARMUP_RATE (calls/s; 0, the default, for none) the
+// ramp's scenario first runs ceil(VUS / WARMUP_RATE) seconds of calls at that rate, one on each
+// VU, that do no work on the server (stage `warmup`, tagged warmup=1, in no step), because a
+// VU's first call in a scenario costs k6 twice a later one (common.js setWarmup): with
+// thousands of VUs the first steps would measure k6 (bench/study sets 200). Their calls count
+// in echod's totals, so a CPU per call from scrapes taken around the whole run is diluted by
+// them: take the first scrape after the warm-up. MAX_VUS above VUS (default: 1000 or VUS) lets k6 initialise
 // more VUs in the middle of a step, which costs the step its schedule: bench/study sets
 // MAX_VUS = VUS. echo_answered counts each answer in the step it arrived in: a step's goodput
 // (echo_sent, echo_ok and the latencies count a call in the step its iteration was due in by
@@ -22,13 +28,13 @@
 //       deploy/k6/unary-ramp.js
 //
 // Env: TARGET, ARM, START (200), END (2400), STEP (200) or RATES (e.g. 200,400,800,900),
-// STEP_DURATION (2m), VUS / MAX_VUS (50 / 1000, at least VUS), PRECONNECT (1), CONNECT_SECONDS (time given to
+// STEP_DURATION (2m), VUS / MAX_VUS (50 / 1000, at least VUS), PRECONNECT (1), WARMUP_RATE (0), CONNECT_SECONDS (time given to
 // the connect scenario: 1 s per 1,000 VUS, at least 5), SLICE_SECONDS (0: the latency of the
 // calls sent in each interval of this length inside a step, `grpc_req_duration{stage:s08,slice:03}`
 // in the summary), GRACEFUL_STOP (how long calls still in flight at the end may take: CALL_TIMEOUT
 // + 5 s), and REFLECT, PROTO_DIR, CALL_TIMEOUT (10s), PAYLOAD, WORK_*, CONN_SHARING,
 // SUMMARY_FILE, SUMMARY_STDOUT as in unary-fixed-rate.js. The summary's setup_data.ramp_start_ms
-// is the wall-clock time the ramp's first step began.
+// is the wall-clock time the ramp's first step began (after the warm-up, setup_data.warmup).
 //
 // Needs k6 v0.53.0 or later (object spread; k6/timers from v0.50). An older k6 rejects the
 // script before any line of it runs, so it cannot say so itself: deploy/README.md, "k6 versions".
@@ -42,11 +48,12 @@ const PRECONNECT = c.env('PRECONNECT', '1') !== '0';
 const CONNECT_S = c.envInt('CONNECT_SECONDS', Math.max(5, Math.ceil(VUS / 1000)));
 const GRACEFUL_STOP = c.env('GRACEFUL_STOP', `${Math.ceil(c.parseDuration(c.CALL_TIMEOUT)) + 5}s`);
 const START_S = PRECONNECT ? CONNECT_S : 0;
+const WARMUP = c.setWarmup(c.envInt('WARMUP_RATE', 0), VUS);
 
 const scenarios = {
   unary_ramp: {
     executor: 'ramping-arrival-rate',
-    startRate: SCHEDULE[0].offered,
+    startRate: WARMUP.n ? WARMUP.rate : SCHEDULE[0].offered,
     timeUnit: '1s',
     stages: c.rampingStages(SCHEDULE),
     preAllocatedVUs: VUS,
@@ -81,7 +88,8 @@ let connected = false;
 
 export function setup() {
   // the scenarios start when setup returns; the ramp START_S later
-  return { ramp_start_ms: Date.now() + START_S * 1000, vus: VUS, preconnect: PRECONNECT };
+  return { ramp_start_ms: Date.now() + (START_S + WARMUP.s) * 1000, vus: VUS, preconnect: PRECONNECT,
+    warmup: { iterations: WARMUP.n, seconds: WARMUP.s, rate: WARMUP.rate } };
 }
 
 export function preconnect() {
@@ -92,6 +100,14 @@ export function preconnect() {
 }
 
 export function unary() {
+  if (c.inWarmup()) {
+    if (!connected) {
+      c.connect(client);
+      connected = true;
+    }
+    c.warmupCall(client);
+    return;
+  }
   const { stage, t } = c.dueNow(SCHEDULE);
   const tags = { slice: c.sliceAt(stage, t) };
   if (!connected) {

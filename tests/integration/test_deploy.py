@@ -472,6 +472,19 @@ class Kustomize(unittest.TestCase):
 
     # -- k6
 
+    def assert_k6_collector(self, env, resources):
+        """k6's Go collector held off below the pod's memory limit: with thousands of VUs the
+        default GOGC=100 stalls the arrival-rate scheduler, which then drops iterations."""
+        self.assertEqual(env.get("GOGC"), "off")
+        units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+        m = re.fullmatch(r"(\d+)(KiB|MiB|GiB)", env.get("GOMEMLIMIT") or "")
+        self.assertTrue(m, "GOMEMLIMIT in Go's units: %r" % env.get("GOMEMLIMIT"))
+        limit = re.fullmatch(r"(\d+)(Ki|Mi|Gi)", resources["limits"]["memory"])
+        self.assertTrue(limit)
+        soft = int(m.group(1)) * units[m.group(2)]
+        hard = int(limit.group(1)) * units[limit.group(2) + "B"]
+        self.assertLessEqual(soft, hard * 0.8, "room below the limit for k6's stacks and buffers")
+
     def test_k6_job(self):
         docs = kustomize(os.path.join(K8S, "k6"))
         job, cm = one(docs, "Job"), one(docs, "ConfigMap")
@@ -486,6 +499,7 @@ class Kustomize(unittest.TestCase):
         self.assertEqual(env.get("PROTO_DIR"), next(
             m["mountPath"] for m in c["volumeMounts"] if m["name"] == vol["name"]))
         self.assert_not_on_server_nodes(pod["affinity"])
+        self.assert_k6_collector(env, c["resources"])
 
     def test_k6_testrun(self):
         docs = kustomize(os.path.join(K8S, "k6", "testrun"))
@@ -497,6 +511,7 @@ class Kustomize(unittest.TestCase):
         env = {e["name"]: e.get("value") for e in tr["spec"]["runner"]["env"]}
         self.assert_target(env["TARGET"], env["ARM"])
         self.assert_not_on_server_nodes(tr["spec"]["runner"]["affinity"])
+        self.assert_k6_collector(env, tr["spec"]["runner"]["resources"])
 
     def test_make_run_overlays(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -520,10 +535,20 @@ class Kustomize(unittest.TestCase):
                         self.assertEqual(env["SCRIPT"], script)
                         self.assertEqual(env["STEP_DURATION"], "1m")
                         self.assertEqual(len(c["env"]), len(env), "no duplicate env names")
+                        resources = c["resources"]
                     else:
                         self.assertEqual(obj["spec"]["script"]["configMap"],
                                          {"name": cm["metadata"]["name"], "file": script})
                         env = {e["name"]: e.get("value") for e in obj["spec"]["runner"]["env"]}
+                        resources = obj["spec"]["runner"]["resources"]
+                    # the overlay's env patch keeps the base's: a TestRun is a custom resource,
+                    # whose env list a patch replaces (kustomize has no merge key for it)
+                    base = one(kustomize(os.path.join(K8S, "k6") if kind == "Job" else
+                                         os.path.join(K8S, "k6", "testrun")), kind)
+                    base_env = (base["spec"]["template"]["spec"]["containers"][0]["env"]
+                                if kind == "Job" else base["spec"]["runner"]["env"])
+                    self.assertLessEqual({e["name"] for e in base_env}, set(env))
+                    self.assert_k6_collector(env, resources)
                     self.assertEqual(env["ARM"], arm)
                     self.assert_target(env["TARGET"], arm)
 

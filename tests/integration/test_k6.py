@@ -213,6 +213,35 @@ class ShippedScripts(unittest.TestCase):
         self.assertEqual({r["tags"].get("slice") for r in rows
                           if r["metric_name"] == "grpc_req_duration"}, {"00", "01"})
 
+    def test_unary_ramp_warmup(self):
+        """WARMUP_RATE: one call on each VU before the first step, with no synthetic work on
+        the server whatever WORK_* asks of the steps' calls, in no step: every step still sends
+        its schedule exactly, and the ramp's start in setup_data comes after the warm-up."""
+        s, rows = self.run_script("unary-ramp", {"RATES": "10,20", "STEP_DURATION": "1s",
+                                                 "VUS": "4", "WARMUP_RATE": "2",
+                                                 "CONNECT_SECONDS": "2", "WORK_CPU_US": "3000"},
+                                  "0")
+        self.assertEqual(s["summary"]["setup_data"]["warmup"],
+                         {"iterations": 4, "seconds": 2, "rate": 2})
+        self.assertEqual([count(s, "echo_sent{stage:%s}" % st) for st in ("s01", "s02")], [10, 20])
+        warm = [r for r in rows if r["tags"].get("warmup") == "1"]
+        self.assertEqual({r["tags"]["stage"] for r in warm}, {"warmup"})
+        self.assertEqual(sum(1 for r in warm if r["metric_name"] == "grpc_req_duration"), 4)
+        server = {w: [float(r["metric_value"]) for r in rows if r["metric_name"] == "server_handler_us"
+                      and (r["tags"].get("warmup") == "1") == w] for w in (True, False)}
+        self.assertEqual(len(server[True]), 4)
+        self.assertLess(max(server[True]), 1000, "a warm-up call did synthetic work")
+        self.assertGreater(min(server[False]), 2500, "a step's call did not do WORK_CPU_US")
+        start = s["summary"]["setup_data"]["ramp_start_ms"] / 1000.0
+        last_warm = max(float(r["timestamp"]) for r in warm)
+        self.assertLessEqual(last_warm, start + 1)  # CSV timestamps are whole seconds here
+        first = min(float(r["timestamp"]) for r in rows
+                    if r["metric_name"] == "echo_sent" and r["tags"].get("stage") == "s01")
+        self.assertGreaterEqual(first + 1, start)
+        reader = report_lib.CsvReader()
+        reader.add(os.path.join(self.tmp, "out.csv"))
+        self.assertEqual([st.stage for st in reader.results()["k6test"].steps], ["s01", "s02"])
+
     def test_bidi_ramp(self):
         for reflect in ("1", "0"):
             with self.subTest(reflect=reflect):
