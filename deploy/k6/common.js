@@ -169,7 +169,7 @@ export function setWarmup(rate, vus) {
 // A warm-up iteration: a step's call (unaryEcho) in the stage `warmup`, tagged warmup=1, which
 // no step counts (deploy/report drops it), and with no synthetic work or cost model on the
 // server (metadata over the config's).
-export const WARMUP_STAGE = 'warmup';
+const WARMUP_STAGE = 'warmup';
 const WARMUP_METADATA = { 'echod-cpu-us': '0', 'echod-sleep-us': '0', 'echod-model': 'false' };
 export function warmupCall(client) {
   unaryEcho(client, { name: WARMUP_STAGE, offered: warmup.rate, duration_s: warmup.s }, { warmup: '1' },

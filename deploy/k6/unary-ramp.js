@@ -92,29 +92,27 @@ export function setup() {
     warmup: { iterations: WARMUP.n, seconds: WARMUP.s, rate: WARMUP.rate } };
 }
 
+// Opens this VU's connection unless it has one; true when it had none.
+function connectOnce() {
+  if (connected) return false;
+  c.connect(client);
+  connected = true;
+  return true;
+}
+
 export function preconnect() {
-  if (!connected) {
-    c.connect(client);
-    connected = true;
-  }
+  connectOnce();
 }
 
 export function unary() {
   if (c.inWarmup()) {
-    if (!connected) {
-      c.connect(client);
-      connected = true;
-    }
+    connectOnce();
     c.warmupCall(client);
     return;
   }
   const { stage, t } = c.dueNow(SCHEDULE);
   const tags = { slice: c.sliceAt(stage, t) };
-  if (!connected) {
-    lateConnects.add(1, c.stageTags(stage));
-    c.connect(client);
-    connected = true;
-  }
+  if (connectOnce()) lateConnects.add(1, c.stageTags(stage));
   c.unaryEcho(client, stage, stage.slices ? tags : undefined, SCHEDULE);
 }
 
