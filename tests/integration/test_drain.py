@@ -422,13 +422,17 @@ class SigtermUnderH2load(unittest.TestCase):
     many successes, so none of the accepted calls is among h2load's failures; the failures are
     all stream errors, at most one -m window per connection."""
 
-    def _run(self, sets, headers=()):
+    def _run(self, sets, headers=(), in_flight=False):
         sets = list(sets) + ["shutdown.announce=0ms", "shutdown.drain_timeout=5s"]
         with Daemon(sets=sets) as d:
             holder = holder_connection(d.grpc_port)
             try:
                 p = run_h2load(d.grpc_port, 5, headers)
                 time.sleep(1.0)
+                if in_flight:
+                    # a fixed second was a guess: in one CI run it fell where no call was open
+                    d.wait_metrics(lambda m: m.metric("echod_calls_in_flight") > 0,
+                                   timeout=4 * SLOW, what="a call in flight under h2load")
                 d.proc.send_signal(signal.SIGTERM)
                 t0 = time.monotonic()
                 # every h2load connection gone, no call in flight: the final tally
@@ -466,7 +470,7 @@ class SigtermUnderH2load(unittest.TestCase):
         self._run([])
 
     def test_sigterm_cached_executor_with_calls_in_flight(self):
-        dc = self._run(["executor.mode=cached"], headers=["echod-sleep-us: 2000"])
+        dc = self._run(["executor.mode=cached"], headers=["echod-sleep-us: 2000"], in_flight=True)
         if dc["open"] == 0 and SANITIZER:
             # the precondition is timing: a sanitizer build may reach SIGTERM between bursts
             self.skipTest("no call happened to be in flight at SIGTERM in this %s build" % SANITIZER)
