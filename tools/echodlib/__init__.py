@@ -9,7 +9,8 @@ module per need:
   prom     /metrics: scrape, parse (Prometheus text 0.0.4, python3-prometheus-client), deltas,
            check_exposition
   promserver a local Prometheus (Debian's) and PromQL over its HTTP API
-  stats    percentiles
+  stats    percentiles, medians, the spread of repeated runs
+  fmt      numbers in tables: one formatter for every script
   procstat CPU time and RSS of a process from /proc
   h2load   running h2load and reading its output
   k6       finding the k6 binary, its version, its busy VUs

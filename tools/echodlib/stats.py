@@ -14,7 +14,16 @@ def percentile(sorted_values, p):
 
 
 def median(values):
-    return percentile(sorted(values), 0.5)
+    """The median of the values that are not None, or None when there are none."""
+    return percentile(sorted(v for v in values if v is not None), 0.5)
+
+
+def spread(values):
+    """(max - min) / median of the values that are not None: how far repeated runs of one
+    figure disagree; None with fewer than two or a zero median."""
+    v = [x for x in values if x is not None]
+    m = median(v)
+    return (max(v) - min(v)) / m if len(v) > 1 and m else None
 
 
 def nearest_rank(sorted_values, p):
