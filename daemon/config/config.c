@@ -1,7 +1,8 @@
 /*
- * One schema table drives everything: loading a file, --set, and dump. A key is found by
- * walking the table, and a value (a libyaml node) is applied by one setter per kind, so a
- * file and a --set cannot disagree on what a key accepts, and dump cannot forget a key.
+ * One schema table drives everything: the built-in defaults, loading a file, --set, and dump.
+ * Each key's entry holds its range and its default; a key is found by walking the table, and
+ * a value (a libyaml node) is applied by one setter per kind, so a file and a --set cannot
+ * disagree on what a key accepts, and neither the defaults nor dump can forget a key.
  *
  * Load and --set work on a copy and swap it in only on success: a rejected file or override
  * leaves the caller's config exactly as it was.
@@ -31,11 +32,28 @@ typedef enum {
     KEY_UINT,         /* unsigned integer of `size` bytes, within [min, max] */
     KEY_INT,          /* signed integer of `size` bytes, within [(int64_t)min, (int64_t)max] */
     KEY_RATIO,        /* double from 0.0 to 1.0, decimal notation only */
-    KEY_ENUM,         /* stored as unsigned int, one of `names` */
+    KEY_ENUM,         /* stored as unsigned int, the value of one of `names` */
     KEY_BOOL,         /* bool */
     KEY_DURATION,     /* uint64_t milliseconds, up to max */
     KEY_PER_METHOD,   /* a method path -> entry dictionary described by `map`; assigning it replaces it whole */
 } key_kind_t;
+
+/* An enum's names in config and dump, in the order the "one of ..." errors list them. */
+typedef struct {
+    const char *name;
+    unsigned value;
+} enum_name_t;
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* A key's built-in default, in the member its kind reads. */
+typedef union {
+    uint64_t u;    /* KEY_UINT, KEY_DURATION (ms), KEY_ENUM (the enum's value) */
+    int64_t i;     /* KEY_INT */
+    double ratio;  /* KEY_RATIO */
+    bool b;        /* KEY_BOOL */
+    const char *s; /* KEY_STRING, KEY_NAME, KEY_HOSTPORT, KEY_HOSTPORT_OPT */
+} key_default_t;
 
 typedef struct key_def key_def_t;
 typedef struct method_map method_map_t;
@@ -45,7 +63,9 @@ struct key_def {
     size_t offset; /* from the base of the enclosing section */
     size_t size;
     uint64_t min, max;
-    const char *const *names;  /* KEY_ENUM, NULL-terminated */
+    key_default_t def;         /* what echod_config_init writes; a section's and a dictionary's are its keys' */
+    const enum_name_t *names;  /* KEY_ENUM */
+    size_t nnames;             /* KEY_ENUM */
     const key_def_t *children; /* KEY_SECTION, terminated by a NULL name */
     const method_map_t *map;   /* KEY_PER_METHOD */
 };
@@ -69,36 +89,73 @@ struct method_map {
 _Static_assert(offsetof(echod_per_method_t, method) == 0, "per_method items start with the method path");
 _Static_assert(offsetof(echod_method_work_t, method) == 0, "per_method items start with the method path");
 
-static const char *const exec_mode_names[] = {"direct", "fixed", "cached", "workstealing", "virtual", NULL};
-static const char *const flush_names[] = {"loop_tail", "read_complete", "immediate", NULL};
-static const char *const respond_names[] = {"request", "identity", "gzip", "deflate", NULL};
-static const char *const serialize_names[] = {"auto", "always", NULL};
-static const char *const sched_policy_names[] = {"other", "batch", NULL};
-static const char *const log_level_names[] = {"debug", "info", "warn", "error", NULL};
-static const char *const log_format_names[] = {"text", "json", NULL};
-static const char *const dist_names[] = {"constant", "exponential", "stall", NULL};
+static const enum_name_t exec_mode_names[] = {{"direct", ECHOD_EXEC_DIRECT},
+                                              {"fixed", ECHOD_EXEC_FIXED},
+                                              {"cached", ECHOD_EXEC_CACHED},
+                                              {"workstealing", ECHOD_EXEC_WORKSTEALING},
+                                              {"virtual", ECHOD_EXEC_VIRTUAL}};
+static const enum_name_t flush_names[] = {{"loop_tail", ECHOD_FLUSH_LOOP_TAIL},
+                                          {"read_complete", ECHOD_FLUSH_READ_COMPLETE},
+                                          {"immediate", ECHOD_FLUSH_IMMEDIATE}};
+static const enum_name_t respond_names[] = {{"request", ECHOD_RESPOND_REQUEST},
+                                            {"identity", ECHOD_RESPOND_IDENTITY},
+                                            {"gzip", ECHOD_RESPOND_GZIP},
+                                            {"deflate", ECHOD_RESPOND_DEFLATE}};
+static const enum_name_t serialize_names[] = {{"auto", ECHOD_SERIALIZE_AUTO}, {"always", ECHOD_SERIALIZE_ALWAYS}};
+static const enum_name_t sched_policy_names[] = {{"other", ECHOD_SCHED_OTHER}, {"batch", ECHOD_SCHED_BATCH}};
+static const enum_name_t log_level_names[] = {
+    {"debug", ECHOD_LOG_DEBUG}, {"info", ECHOD_LOG_INFO}, {"warn", ECHOD_LOG_WARN}, {"error", ECHOD_LOG_ERROR}};
+static const enum_name_t log_format_names[] = {{"text", ECHOD_LOG_TEXT}, {"json", ECHOD_LOG_JSON}};
+static const enum_name_t dist_names[] = {
+    {"constant", ECHOD_DIST_CONSTANT}, {"exponential", ECHOD_DIST_EXPONENTIAL}, {"stall", ECHOD_DIST_STALL}};
 
-#define FIELD(type, member) offsetof(type, member), sizeof(((type *)0)->member)
-#define INT31_MAX           2147483647u
-/* KEY_INT bounds travel in the unsigned min/max fields; the setter converts them back. */
-#define INT_BOUND(v) ((uint64_t)(int64_t)(v))
+#define INT31_MAX 2147483647u
 /* A day is "forever" for every duration here, and keeps ms -> ns conversions far from overflow. */
 #define MAX_DURATION_MS (24 * 60 * 60 * 1000ull)
 /* work.max_cpu and work.max_sleep: an hour, so that every value under the cap fits cpu_us/sleep_us (uint32_t). */
 #define MAX_WORK_MS (60 * 60 * 1000ull)
+#define MAX_WORK_US (MAX_WORK_MS * 1000)
 #define MAX_STATUS  16 /* UNAUTHENTICATED, the last gRPC status code */
+
+/*
+ * One macro per kind, so that an entry names only what its kind uses: the member of TYPE it
+ * sets, its range and its default. KEY_INT bounds travel in the unsigned min/max fields; the
+ * setter converts them back.
+ */
+/* clang-format off */
+#define FIELD(type, member) .offset = offsetof(type, member), .size = sizeof(((type *)0)->member)
+#define STRING_KEY(n, k, type, member, d) {.name = n, .kind = k, FIELD(type, member), .def.s = d}
+#define UINT_KEY(n, type, member, lo, hi, d) \
+    {.name = n, .kind = KEY_UINT, FIELD(type, member), .min = lo, .max = hi, .def.u = d}
+#define INT_KEY(n, type, member, lo, hi, d) \
+    {.name = n, .kind = KEY_INT, FIELD(type, member), .min = (uint64_t)(int64_t)(lo), \
+     .max = (uint64_t)(int64_t)(hi), .def.i = d}
+#define RATIO_KEY(n, type, member, d) {.name = n, .kind = KEY_RATIO, FIELD(type, member), .def.ratio = d}
+#define ENUM_KEY(n, type, member, table, d) \
+    {.name = n, .kind = KEY_ENUM, FIELD(type, member), .def.u = d, .names = table, .nnames = COUNT(table)}
+#define BOOL_KEY(n, type, member, d) {.name = n, .kind = KEY_BOOL, FIELD(type, member), .def.b = d}
+#define DURATION_KEY(n, type, member, hi, d) \
+    {.name = n, .kind = KEY_DURATION, FIELD(type, member), .max = hi, .def.u = d}
+/* a section whose keys are relative to the same base as itself (0: the config)... */
+#define SECTION_KEY(n, keys) {.name = n, .kind = KEY_SECTION, .children = keys}
+/* ...or to a struct of its own, which per_method entries share (executor, work.defaults) */
+#define SECTION_AT(n, type, member, keys) {.name = n, .kind = KEY_SECTION, FIELD(type, member), .children = keys}
+#define PER_METHOD_KEY(n, m) {.name = n, .kind = KEY_PER_METHOD, .map = m}
+#define END_OF_KEYS {.name = NULL}
+/* clang-format on */
 
 static void init_exec_entry(const echod_config_t *cfg, void *value);
 static void init_work_entry(const echod_config_t *cfg, void *value);
 
 /* Shared by `executor` and every dispatch.per_method entry, which are the same struct. */
 static const key_def_t exec_keys[] = {
-    {"mode", KEY_ENUM, FIELD(echod_exec_config_t, mode), 0, 0, exec_mode_names, NULL, NULL},
-    {"threads", KEY_UINT, FIELD(echod_exec_config_t, threads), 0, 1024, NULL, NULL, NULL},
-    {"max_threads", KEY_UINT, FIELD(echod_exec_config_t, max_threads), 0, 4096, NULL, NULL, NULL},
-    {"keep_alive", KEY_DURATION, FIELD(echod_exec_config_t, keep_alive_ms), 0, MAX_DURATION_MS, NULL, NULL, NULL},
-    {"stack_bytes", KEY_UINT, FIELD(echod_exec_config_t, stack_bytes), 16384, 64u << 20, NULL, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    ENUM_KEY("mode", echod_exec_config_t, mode, exec_mode_names, ECHOD_EXEC_DIRECT),
+    UINT_KEY("threads", echod_exec_config_t, threads, 0, 1024, 0),
+    UINT_KEY("max_threads", echod_exec_config_t, max_threads, 0, 4096, 0),
+    DURATION_KEY("keep_alive", echod_exec_config_t, keep_alive_ms, MAX_DURATION_MS, 60000),
+    /* docs/virtual-threads.md: sized by measurement */
+    UINT_KEY("stack_bytes", echod_exec_config_t, stack_bytes, 16384, 64u << 20, ECHOD_EXEC_STACK_BYTES_DEFAULT),
+    END_OF_KEYS,
 };
 
 /*
@@ -106,23 +163,23 @@ static const key_def_t exec_keys[] = {
  * allows; the caps of `work` (max_cpu, max_sleep, max_response_bytes) are checked in finish.
  */
 static const key_def_t work_entry_keys[] = {
-    {"response_bytes", KEY_INT, FIELD(echod_work_t, response_bytes), INT_BOUND(-1), INT31_MAX, NULL, NULL, NULL},
-    {"cpu_us", KEY_UINT, FIELD(echod_work_t, cpu_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
-    {"cpu_dist", KEY_ENUM, FIELD(echod_work_t, cpu_dist.kind), 0, 0, dist_names, NULL, NULL},
-    {"cpu_stall_fraction", KEY_RATIO, FIELD(echod_work_t, cpu_dist.stall_fraction), 0, 0, NULL, NULL, NULL},
-    {"cpu_stall_us", KEY_UINT, FIELD(echod_work_t, cpu_dist.stall_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
-    {"sleep_us", KEY_UINT, FIELD(echod_work_t, sleep_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
-    {"sleep_dist", KEY_ENUM, FIELD(echod_work_t, sleep_dist.kind), 0, 0, dist_names, NULL, NULL},
-    {"sleep_stall_fraction", KEY_RATIO, FIELD(echod_work_t, sleep_dist.stall_fraction), 0, 0, NULL, NULL, NULL},
-    {"sleep_stall_us", KEY_UINT, FIELD(echod_work_t, sleep_dist.stall_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
-    {"status", KEY_UINT, FIELD(echod_work_t, status), 0, MAX_STATUS, NULL, NULL, NULL},
-    {"error_rate", KEY_RATIO, FIELD(echod_work_t, error_rate), 0, 0, NULL, NULL, NULL},
-    {"echo_metadata", KEY_BOOL, FIELD(echod_work_t, echo_metadata), 0, 0, NULL, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    INT_KEY("response_bytes", echod_work_t, response_bytes, -1, INT31_MAX, -1),
+    UINT_KEY("cpu_us", echod_work_t, cpu_us, 0, MAX_WORK_US, 0),
+    ENUM_KEY("cpu_dist", echod_work_t, cpu_dist.kind, dist_names, ECHOD_DIST_CONSTANT),
+    RATIO_KEY("cpu_stall_fraction", echod_work_t, cpu_dist.stall_fraction, 0.0),
+    UINT_KEY("cpu_stall_us", echod_work_t, cpu_dist.stall_us, 0, MAX_WORK_US, 0),
+    UINT_KEY("sleep_us", echod_work_t, sleep_us, 0, MAX_WORK_US, 0),
+    ENUM_KEY("sleep_dist", echod_work_t, sleep_dist.kind, dist_names, ECHOD_DIST_CONSTANT),
+    RATIO_KEY("sleep_stall_fraction", echod_work_t, sleep_dist.stall_fraction, 0.0),
+    UINT_KEY("sleep_stall_us", echod_work_t, sleep_dist.stall_us, 0, MAX_WORK_US, 0),
+    UINT_KEY("status", echod_work_t, status, 0, MAX_STATUS, 0),
+    RATIO_KEY("error_rate", echod_work_t, error_rate, 0.0),
+    BOOL_KEY("echo_metadata", echod_work_t, echo_metadata, false),
+    END_OF_KEYS,
 };
 
-static const key_def_t exec_entry_key = {"per_method entry", KEY_SECTION, 0, 0, 0, 0, NULL, exec_keys, NULL};
-static const key_def_t work_entry_key = {"per_method entry", KEY_SECTION, 0, 0, 0, 0, NULL, work_entry_keys, NULL};
+static const key_def_t exec_entry_key = SECTION_KEY("per_method entry", exec_keys);
+static const key_def_t work_entry_key = SECTION_KEY("per_method entry", work_entry_keys);
 
 static const method_map_t exec_map = {
     "dispatch.per_method",
@@ -145,148 +202,136 @@ static const method_map_t work_map = {
 };
 
 static const method_map_t *const all_maps[] = {&exec_map, &work_map};
-#define NMAPS (sizeof(all_maps) / sizeof(all_maps[0]))
+#define NMAPS COUNT(all_maps)
+
+/* The keys below are members of the config itself. */
+#define CFG echod_config_t
 
 static const key_def_t listen_keys[] = {
-    {"grpc", KEY_HOSTPORT, FIELD(echod_config_t, listen.grpc), 0, 0, NULL, NULL, NULL},
-    {"admin", KEY_HOSTPORT, FIELD(echod_config_t, listen.admin), 0, 0, NULL, NULL, NULL},
-    {"rest", KEY_HOSTPORT_OPT, FIELD(echod_config_t, listen.rest), 0, 0, NULL, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    STRING_KEY("grpc", KEY_HOSTPORT, CFG, listen.grpc, "0.0.0.0:50051"),
+    STRING_KEY("admin", KEY_HOSTPORT, CFG, listen.admin, "0.0.0.0:8080"),
+    STRING_KEY("rest", KEY_HOSTPORT_OPT, CFG, listen.rest, ""),
+    END_OF_KEYS,
 };
 
 static const key_def_t tls_keys[] = {
-    {"cert", KEY_STRING, FIELD(echod_config_t, tls.cert), 0, 0, NULL, NULL, NULL},
-    {"key", KEY_STRING, FIELD(echod_config_t, tls.key), 0, 0, NULL, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    STRING_KEY("cert", KEY_STRING, CFG, tls.cert, ""),
+    STRING_KEY("key", KEY_STRING, CFG, tls.key, ""),
+    END_OF_KEYS,
 };
 
 static const key_def_t io_keys[] = {
-    {"event_loops", KEY_UINT, FIELD(echod_config_t, io.event_loops), 1, 64, NULL, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    UINT_KEY("event_loops", CFG, io.event_loops, 1, 64, 1),
+    END_OF_KEYS,
 };
 
 static const key_def_t compression_keys[] = {
-    {"respond", KEY_ENUM, FIELD(echod_config_t, transport.compression.respond), 0, 0, respond_names, NULL, NULL},
-    {"level", KEY_UINT, FIELD(echod_config_t, transport.compression.level), 1, 9, NULL, NULL, NULL},
-    {"min_bytes", KEY_UINT, FIELD(echod_config_t, transport.compression.min_bytes), 0, INT31_MAX, NULL, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    ENUM_KEY("respond", CFG, transport.compression.respond, respond_names, ECHOD_RESPOND_REQUEST),
+    UINT_KEY("level", CFG, transport.compression.level, 1, 9, 6),
+    UINT_KEY("min_bytes", CFG, transport.compression.min_bytes, 0, INT31_MAX, 0),
+    END_OF_KEYS,
 };
 
 static const key_def_t transport_keys[] = {
-    {"max_concurrent_streams", KEY_UINT, FIELD(echod_config_t, transport.max_concurrent_streams), 1, INT31_MAX, NULL,
-     NULL, NULL},
-    {"max_receive_message_bytes", KEY_UINT, FIELD(echod_config_t, transport.max_receive_message_bytes), 1, INT31_MAX,
-     NULL, NULL, NULL},
-    {"initial_window_bytes", KEY_UINT, FIELD(echod_config_t, transport.initial_window_bytes), 65535, INT31_MAX, NULL,
-     NULL, NULL},
-    {"max_send_buffer_bytes", KEY_UINT, FIELD(echod_config_t, transport.max_send_buffer_bytes), 1024, 1u << 30, NULL,
-     NULL, NULL},
-    {"flush", KEY_ENUM, FIELD(echod_config_t, transport.flush), 0, 0, flush_names, NULL, NULL},
-    {"max_header_list_bytes", KEY_UINT, FIELD(echod_config_t, transport.max_header_list_bytes), 1024, 16u << 20, NULL,
-     NULL, NULL},
-    {"max_resets_per_second", KEY_UINT, FIELD(echod_config_t, transport.max_resets_per_second), 0, 1000000, NULL, NULL,
-     NULL},
-    {"handshake_timeout", KEY_DURATION, FIELD(echod_config_t, transport.handshake_timeout_ms), 0, MAX_DURATION_MS, NULL,
-     NULL, NULL},
-    {"idle_timeout", KEY_DURATION, FIELD(echod_config_t, transport.idle_timeout_ms), 0, MAX_DURATION_MS, NULL, NULL,
-     NULL},
-    {"max_connection_age", KEY_DURATION, FIELD(echod_config_t, transport.max_connection_age_ms), 0, MAX_DURATION_MS,
-     NULL, NULL, NULL},
-    {"max_connection_age_grace", KEY_DURATION, FIELD(echod_config_t, transport.max_connection_age_grace_ms), 0,
-     MAX_DURATION_MS, NULL, NULL, NULL},
-    {"compression", KEY_SECTION, 0, 0, 0, 0, NULL, compression_keys, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    UINT_KEY("max_concurrent_streams", CFG, transport.max_concurrent_streams, 1, INT31_MAX, 1000),
+    UINT_KEY("max_receive_message_bytes", CFG, transport.max_receive_message_bytes, 1, INT31_MAX, 4u << 20),
+    UINT_KEY("initial_window_bytes", CFG, transport.initial_window_bytes, 65535, INT31_MAX, 1u << 20),
+    UINT_KEY("max_send_buffer_bytes", CFG, transport.max_send_buffer_bytes, 1024, 1u << 30, 32u << 10),
+    ENUM_KEY("flush", CFG, transport.flush, flush_names, ECHOD_FLUSH_LOOP_TAIL),
+    UINT_KEY("max_header_list_bytes", CFG, transport.max_header_list_bytes, 1024, 16u << 20, 16u << 10),
+    UINT_KEY("max_resets_per_second", CFG, transport.max_resets_per_second, 0, 1000000, 1000),
+    DURATION_KEY("handshake_timeout", CFG, transport.handshake_timeout_ms, MAX_DURATION_MS, 10000),
+    DURATION_KEY("idle_timeout", CFG, transport.idle_timeout_ms, MAX_DURATION_MS, 0),
+    DURATION_KEY("max_connection_age", CFG, transport.max_connection_age_ms, MAX_DURATION_MS, 0),
+    DURATION_KEY("max_connection_age_grace", CFG, transport.max_connection_age_grace_ms, MAX_DURATION_MS, 0),
+    SECTION_KEY("compression", compression_keys),
+    END_OF_KEYS,
 };
 
 static const key_def_t limits_keys[] = {
-    {"max_calls_in_flight", KEY_UINT, FIELD(echod_config_t, limits.max_calls_in_flight), 0, 10000000, NULL, NULL, NULL},
-    {"max_connections", KEY_UINT, FIELD(echod_config_t, limits.max_connections), 0, 1000000, NULL, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    UINT_KEY("max_calls_in_flight", CFG, limits.max_calls_in_flight, 0, 10000000, 0),
+    UINT_KEY("max_connections", CFG, limits.max_connections, 0, 1000000, 0),
+    END_OF_KEYS,
 };
 
 static const key_def_t dispatch_keys[] = {
-    {"serialize", KEY_ENUM, FIELD(echod_config_t, dispatch.serialize), 0, 0, serialize_names, NULL, NULL},
-    {"unwrap_sequential", KEY_BOOL, FIELD(echod_config_t, dispatch.unwrap_sequential), 0, 0, NULL, NULL, NULL},
-    {"merge_lookup_and_start", KEY_BOOL, FIELD(echod_config_t, dispatch.merge_lookup_and_start), 0, 0, NULL, NULL,
-     NULL},
-    {"coalesce_end_stream", KEY_BOOL, FIELD(echod_config_t, dispatch.coalesce_end_stream), 0, 0, NULL, NULL, NULL},
-    {"sched_policy", KEY_ENUM, FIELD(echod_config_t, dispatch.sched_policy), 0, 0, sched_policy_names, NULL, NULL},
-    {"per_method", KEY_PER_METHOD, 0, 0, 0, 0, NULL, NULL, &exec_map},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    ENUM_KEY("serialize", CFG, dispatch.serialize, serialize_names, ECHOD_SERIALIZE_AUTO),
+    BOOL_KEY("unwrap_sequential", CFG, dispatch.unwrap_sequential, false),
+    BOOL_KEY("merge_lookup_and_start", CFG, dispatch.merge_lookup_and_start, false),
+    BOOL_KEY("coalesce_end_stream", CFG, dispatch.coalesce_end_stream, false),
+    ENUM_KEY("sched_policy", CFG, dispatch.sched_policy, sched_policy_names, ECHOD_SCHED_OTHER),
+    PER_METHOD_KEY("per_method", &exec_map),
+    END_OF_KEYS,
 };
 
 static const key_def_t echo_keys[] = {
-    {"server_streaming_count", KEY_UINT, FIELD(echod_config_t, echo.server_streaming_count), 1, 100000, NULL, NULL,
-     NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    UINT_KEY("server_streaming_count", CFG, echo.server_streaming_count, 1, 100000, 10),
+    END_OF_KEYS,
 };
 
 /* work.model: each unit cost is capped by work.max_cpu, checked in finish. */
 static const key_def_t model_keys[] = {
-    {"enabled", KEY_BOOL, FIELD(echod_config_t, work.model.enabled), 0, 0, NULL, NULL, NULL},
-    {"call_cpu_us", KEY_UINT, FIELD(echod_config_t, work.model.call_cpu_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
-    {"step_cpu_us", KEY_UINT, FIELD(echod_config_t, work.model.step_cpu_us), 0, MAX_WORK_MS * 1000, NULL, NULL, NULL},
-    {"handoff_cpu_us", KEY_UINT, FIELD(echod_config_t, work.model.handoff_cpu_us), 0, MAX_WORK_MS * 1000, NULL, NULL,
-     NULL},
-    {"message_cpu_us", KEY_UINT, FIELD(echod_config_t, work.model.message_cpu_us), 0, MAX_WORK_MS * 1000, NULL, NULL,
-     NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    BOOL_KEY("enabled", CFG, work.model.enabled, false),
+    UINT_KEY("call_cpu_us", CFG, work.model.call_cpu_us, 0, MAX_WORK_US, 0),
+    UINT_KEY("step_cpu_us", CFG, work.model.step_cpu_us, 0, MAX_WORK_US, 0),
+    UINT_KEY("handoff_cpu_us", CFG, work.model.handoff_cpu_us, 0, MAX_WORK_US, 0),
+    UINT_KEY("message_cpu_us", CFG, work.model.message_cpu_us, 0, MAX_WORK_US, 0),
+    END_OF_KEYS,
 };
 
 static const key_def_t work_keys[] = {
-    {"allow_metadata_overrides", KEY_BOOL, FIELD(echod_config_t, work.allow_metadata_overrides), 0, 0, NULL, NULL,
-     NULL},
-    {"max_cpu", KEY_DURATION, FIELD(echod_config_t, work.max_cpu_ms), 0, MAX_WORK_MS, NULL, NULL, NULL},
-    {"max_sleep", KEY_DURATION, FIELD(echod_config_t, work.max_sleep_ms), 0, MAX_WORK_MS, NULL, NULL, NULL},
-    {"max_response_bytes", KEY_UINT, FIELD(echod_config_t, work.max_response_bytes), 0, INT31_MAX, NULL, NULL, NULL},
-    {"seed", KEY_UINT, FIELD(echod_config_t, work.seed), 0, UINT64_MAX, NULL, NULL, NULL},
-    {"defaults", KEY_SECTION, FIELD(echod_config_t, work.defaults), 0, 0, NULL, work_entry_keys, NULL},
-    {"per_method", KEY_PER_METHOD, 0, 0, 0, 0, NULL, NULL, &work_map},
-    {"model", KEY_SECTION, 0, 0, 0, 0, NULL, model_keys, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    BOOL_KEY("allow_metadata_overrides", CFG, work.allow_metadata_overrides, true),
+    DURATION_KEY("max_cpu", CFG, work.max_cpu_ms, MAX_WORK_MS, 10000),
+    DURATION_KEY("max_sleep", CFG, work.max_sleep_ms, MAX_WORK_MS, 10000),
+    UINT_KEY("max_response_bytes", CFG, work.max_response_bytes, 0, INT31_MAX, 4u << 20),
+    UINT_KEY("seed", CFG, work.seed, 0, UINT64_MAX, 1),
+    SECTION_AT("defaults", CFG, work.defaults, work_entry_keys),
+    PER_METHOD_KEY("per_method", &work_map),
+    SECTION_KEY("model", model_keys),
+    END_OF_KEYS,
 };
 
 static const key_def_t telemetry_keys[] = {
-    {"timing_trailer", KEY_BOOL, FIELD(echod_config_t, telemetry.timing_trailer), 0, 0, NULL, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    BOOL_KEY("timing_trailer", CFG, telemetry.timing_trailer, true),
+    END_OF_KEYS,
 };
 
 static const key_def_t shutdown_keys[] = {
-    {"announce", KEY_DURATION, FIELD(echod_config_t, shutdown.announce_ms), 0, MAX_DURATION_MS, NULL, NULL, NULL},
-    {"drain_timeout", KEY_DURATION, FIELD(echod_config_t, shutdown.drain_timeout_ms), 0, MAX_DURATION_MS, NULL, NULL,
-     NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    DURATION_KEY("announce", CFG, shutdown.announce_ms, MAX_DURATION_MS, 0),
+    DURATION_KEY("drain_timeout", CFG, shutdown.drain_timeout_ms, MAX_DURATION_MS, 10000),
+    END_OF_KEYS,
 };
 
 static const key_def_t log_keys[] = {
-    {"level", KEY_ENUM, FIELD(echod_config_t, log.level), 0, 0, log_level_names, NULL, NULL},
-    {"format", KEY_ENUM, FIELD(echod_config_t, log.format), 0, 0, log_format_names, NULL, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    ENUM_KEY("level", CFG, log.level, log_level_names, ECHOD_LOG_INFO),
+    ENUM_KEY("format", CFG, log.format, log_format_names, ECHOD_LOG_TEXT),
+    END_OF_KEYS,
 };
 
 /*
- * Section offsets say where the children's base is: 0 (the config) for most, but executor and
- * work.defaults, whose children are shared with per_method entries, are relative to their struct.
- * The order here is the order of dump and of the "valid keys" lists.
+ * The order here is the order of dump and of the "valid keys" lists. config/echod.yaml shows
+ * the same defaults, commented; test_config holds the two equal.
  */
 static const key_def_t top_keys[] = {
-    {"arm", KEY_NAME, FIELD(echod_config_t, arm), 0, 0, NULL, NULL, NULL},
-    {"listen", KEY_SECTION, 0, 0, 0, 0, NULL, listen_keys, NULL},
-    {"tls", KEY_SECTION, 0, 0, 0, 0, NULL, tls_keys, NULL},
-    {"io", KEY_SECTION, 0, 0, 0, 0, NULL, io_keys, NULL},
-    {"transport", KEY_SECTION, 0, 0, 0, 0, NULL, transport_keys, NULL},
-    {"limits", KEY_SECTION, 0, 0, 0, 0, NULL, limits_keys, NULL},
-    {"executor", KEY_SECTION, FIELD(echod_config_t, executor), 0, 0, NULL, exec_keys, NULL},
-    {"dispatch", KEY_SECTION, 0, 0, 0, 0, NULL, dispatch_keys, NULL},
-    {"echo", KEY_SECTION, 0, 0, 0, 0, NULL, echo_keys, NULL},
-    {"work", KEY_SECTION, 0, 0, 0, 0, NULL, work_keys, NULL},
-    {"telemetry", KEY_SECTION, 0, 0, 0, 0, NULL, telemetry_keys, NULL},
-    {"shutdown", KEY_SECTION, 0, 0, 0, 0, NULL, shutdown_keys, NULL},
-    {"log", KEY_SECTION, 0, 0, 0, 0, NULL, log_keys, NULL},
-    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+    STRING_KEY("arm", KEY_NAME, CFG, arm, "default"),
+    SECTION_KEY("listen", listen_keys),
+    SECTION_KEY("tls", tls_keys),
+    SECTION_KEY("io", io_keys),
+    SECTION_KEY("transport", transport_keys),
+    SECTION_KEY("limits", limits_keys),
+    SECTION_AT("executor", CFG, executor, exec_keys),
+    SECTION_KEY("dispatch", dispatch_keys),
+    SECTION_KEY("echo", echo_keys),
+    SECTION_KEY("work", work_keys),
+    SECTION_KEY("telemetry", telemetry_keys),
+    SECTION_KEY("shutdown", shutdown_keys),
+    SECTION_KEY("log", log_keys),
+    END_OF_KEYS,
 };
 
-static const key_def_t root_key = {"", KEY_SECTION, 0, 0, 0, 0, NULL, top_keys, NULL};
+#undef CFG
+
+static const key_def_t root_key = SECTION_KEY("", top_keys);
 
 /* Small helpers */
 
@@ -410,12 +455,12 @@ static void quote_value(char *dst, size_t cap, const char *src)
     dst[o] = '\0';
 }
 
-static void list_names(char *dst, size_t cap, const char *const *names)
+static void list_names(char *dst, size_t cap, const enum_name_t *names, size_t n)
 {
     size_t o = 0;
     dst[0] = '\0';
-    for (size_t i = 0; names[i] != NULL && o < cap; i++)
-        o += (size_t)snprintf(dst + o, cap - o, "%s%s", i ? ", " : "", names[i]);
+    for (size_t i = 0; i < n && o < cap; i++)
+        o += (size_t)snprintf(dst + o, cap - o, "%s%s", i ? ", " : "", names[i].name);
 }
 
 static void list_keys(char *dst, size_t cap, const key_def_t *keys)
@@ -427,6 +472,27 @@ static void list_keys(char *dst, size_t cap, const key_def_t *keys)
 }
 
 /* Value parsers (shared by the setters, finish and the public helpers) */
+
+/* The value of the name s[0..len) in an enum's table, or -1. */
+static int parse_enum(const enum_name_t *names, size_t n, const char *s, size_t len, unsigned *value)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strlen(names[i].name) == len && memcmp(names[i].name, s, len) == 0) {
+            *value = names[i].value;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The name of an enum's value, "unknown" for a value the table does not have. */
+static const char *enum_name(const enum_name_t *names, size_t n, unsigned value)
+{
+    for (size_t i = 0; i < n; i++)
+        if (names[i].value == value)
+            return names[i].name;
+    return "unknown";
+}
 
 static int parse_uint(const char *s, uint64_t *out)
 {
@@ -520,16 +586,13 @@ static void format_ratio(char *dst, size_t cap, double v)
         snprintf(dst, cap, "%.*s.0%s", (int)mant, buf, buf + mant);
 }
 
+/* YAML 1.1's booleans, in any case (True, NO). */
 static int parse_bool(const char *s, bool *out)
 {
-    static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
-    for (size_t i = 0; i < 3; i++) {
-        if (strcasecmp(s, yes[i]) == 0) {
-            *out = true;
-            return 0;
-        }
-        if (strcasecmp(s, no[i]) == 0) {
-            *out = false;
+    static const enum_name_t words[] = {{"true", 1}, {"false", 0}, {"yes", 1}, {"no", 0}, {"on", 1}, {"off", 0}};
+    for (size_t i = 0; i < COUNT(words); i++) {
+        if (strcasecmp(s, words[i].name) == 0) {
+            *out = words[i].value != 0;
             return 0;
         }
     }
@@ -788,7 +851,7 @@ static void expected_what(char *dst, size_t cap, const key_def_t *key)
         snprintf(dst, cap, "a number from 0.0 to 1.0 such as 0.001 or 0.25 (decimal notation; not NaN or infinity)");
         break;
     case KEY_ENUM:
-        list_names(names, sizeof(names), key->names);
+        list_names(names, sizeof(names), key->names, key->nnames);
         snprintf(dst, cap, "one of %s", names);
         break;
     case KEY_BOOL:
@@ -928,20 +991,46 @@ static char *find_entry(echod_config_t *cfg, const method_map_t *map, const char
     return NULL;
 }
 
-static void exec_defaults(echod_exec_config_t *exec)
+/* Writes the default of every key in `keys` (and in their sections) into the struct at base. */
+static void init_keys(const key_def_t *keys, char *base)
 {
-    exec->mode = ECHOD_EXEC_DIRECT;
-    exec->threads = 0;
-    exec->max_threads = 0;
-    exec->keep_alive_ms = 60000;
-    exec->stack_bytes = ECHOD_EXEC_STACK_BYTES_DEFAULT; /* docs/virtual-threads.md: sized by measurement */
+    for (const key_def_t *k = keys; k->name != NULL; k++) {
+        void *field = base + k->offset;
+        switch (k->kind) {
+        case KEY_SECTION:
+            init_keys(k->children, base + k->offset);
+            break;
+        case KEY_PER_METHOD:
+            break; /* no entries: the struct starts zeroed */
+        case KEY_STRING:
+        case KEY_NAME:
+        case KEY_HOSTPORT:
+        case KEY_HOSTPORT_OPT:
+            set_string(field, k->def.s);
+            break;
+        case KEY_UINT:
+        case KEY_ENUM:
+        case KEY_DURATION:
+            store_uint(field, k->size, k->def.u);
+            break;
+        case KEY_INT:
+            store_int(field, k->size, k->def.i);
+            break;
+        case KEY_RATIO:
+            memcpy(field, &k->def.ratio, sizeof(k->def.ratio));
+            break;
+        case KEY_BOOL:
+            memcpy(field, &k->def.b, sizeof(k->def.b));
+            break;
+        }
+    }
 }
 
 /* dispatch.per_method entries start from the built-in executor defaults, not from `executor`. */
 static void init_exec_entry(const echod_config_t *cfg, void *value)
 {
     (void)cfg;
-    exec_defaults(value);
+    init_keys(exec_keys, value);
 }
 
 /* work.per_method entries start from work.defaults as they are when the entry is read. */
@@ -1092,14 +1181,13 @@ static int apply_node(apply_ctx_t *ctx, const key_def_t *key, char *base, yaml_n
             return type_error(ctx, key, node);
         memcpy(field, &d, sizeof(d));
         return 0;
-    case KEY_ENUM:
-        for (unsigned n = 0; key->names[n] != NULL; n++) {
-            if (strcmp(key->names[n], v) == 0) {
-                store_uint(field, key->size, n);
-                return 0;
-            }
-        }
-        return type_error(ctx, key, node);
+    case KEY_ENUM: {
+        unsigned e;
+        if (parse_enum(key->names, key->nnames, v, strlen(v), &e) != 0)
+            return type_error(ctx, key, node);
+        store_uint(field, key->size, e);
+        return 0;
+    }
     case KEY_BOOL:
         if (parse_bool(v, &b) != 0)
             return type_error(ctx, key, node);
@@ -1144,54 +1232,7 @@ static void commit_config(echod_config_t *cfg, echod_config_t *work)
 void echod_config_init(echod_config_t *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->arm = xstrdup("default");
-    cfg->listen.grpc = xstrdup("0.0.0.0:50051");
-    cfg->listen.admin = xstrdup("0.0.0.0:8080");
-    cfg->listen.rest = xstrdup("");
-    cfg->tls.cert = xstrdup("");
-    cfg->tls.key = xstrdup("");
-    cfg->io.event_loops = 1;
-    cfg->transport.max_concurrent_streams = 1000;
-    cfg->transport.max_receive_message_bytes = 4194304;
-    cfg->transport.initial_window_bytes = 1048576;
-    cfg->transport.max_send_buffer_bytes = 32768;
-    cfg->transport.flush = ECHOD_FLUSH_LOOP_TAIL;
-    cfg->transport.max_header_list_bytes = 16384;
-    cfg->transport.max_resets_per_second = 1000;
-    cfg->transport.handshake_timeout_ms = 10000;
-    cfg->transport.idle_timeout_ms = 0;
-    cfg->transport.max_connection_age_ms = 0;
-    cfg->transport.max_connection_age_grace_ms = 0;
-    cfg->transport.compression.respond = ECHOD_RESPOND_REQUEST;
-    cfg->transport.compression.level = 6;
-    cfg->transport.compression.min_bytes = 0;
-    cfg->limits.max_calls_in_flight = 0;
-    cfg->limits.max_connections = 0;
-    exec_defaults(&cfg->executor);
-    cfg->dispatch.serialize = ECHOD_SERIALIZE_AUTO;
-    cfg->dispatch.unwrap_sequential = false;
-    cfg->dispatch.merge_lookup_and_start = false;
-    cfg->dispatch.coalesce_end_stream = false;
-    cfg->echo.server_streaming_count = 10;
-    cfg->work.allow_metadata_overrides = true;
-    cfg->work.max_cpu_ms = 10000;
-    cfg->work.max_sleep_ms = 10000;
-    cfg->work.max_response_bytes = 4194304;
-    cfg->work.defaults.response_bytes = -1;
-    cfg->work.defaults.cpu_us = 0;
-    cfg->work.defaults.sleep_us = 0;
-    cfg->work.defaults.status = 0;
-    cfg->work.defaults.error_rate = 0.0;
-    cfg->work.defaults.echo_metadata = false;
-    cfg->work.defaults.cpu_dist.kind = ECHOD_DIST_CONSTANT;
-    cfg->work.defaults.sleep_dist.kind = ECHOD_DIST_CONSTANT;
-    cfg->work.seed = 1;
-    cfg->work.model.enabled = false;
-    cfg->telemetry.timing_trailer = true;
-    cfg->shutdown.announce_ms = 0;
-    cfg->shutdown.drain_timeout_ms = 10000;
-    cfg->log.level = ECHOD_LOG_INFO;
-    cfg->log.format = ECHOD_LOG_TEXT;
+    init_keys(top_keys, (char *)cfg);
 }
 
 void echod_config_free(echod_config_t *cfg)
@@ -1550,7 +1591,7 @@ static void dump_keys(FILE *out, const key_def_t *keys, const char *base, const 
             fprintf(out, " %s", buf);
         } break;
         case KEY_ENUM:
-            fprintf(out, " %s", k->names[load_uint(field, k->size)]);
+            fprintf(out, " %s", enum_name(k->names, k->nnames, (unsigned)load_uint(field, k->size)));
             break;
         case KEY_BOOL: {
             bool b;
@@ -1745,7 +1786,7 @@ int echod_config_finish(echod_config_t *cfg, char *err, size_t errlen)
             uint16_t port;
         } others[] = {{"grpc", "listen.grpc", cfg->listen.grpc, grpc_host, grpc_port},
                       {"admin", "listen.admin", cfg->listen.admin, admin_host, admin_port}};
-        for (size_t i = 0; i < 2; i++) {
+        for (size_t i = 0; i < COUNT(others); i++) {
             if (listeners_overlap(rest_host, rest_port, others[i].host, others[i].port)) {
                 echod_set_err(err, errlen,
                               "%s: listen.rest and listen.%s: both bind port %u on overlapping addresses (\"%s\" and "
@@ -1827,46 +1868,44 @@ const echod_work_t *echod_config_method_work(const echod_config_t *cfg, const ch
 
 const char *echod_exec_mode_name(echod_exec_mode_t mode)
 {
-    return (unsigned)mode < 5 ? exec_mode_names[mode] : "unknown";
+    return enum_name(exec_mode_names, COUNT(exec_mode_names), (unsigned)mode);
 }
 
 const char *echod_flush_name(echod_flush_t flush)
 {
-    return (unsigned)flush < 3 ? flush_names[flush] : "unknown";
+    return enum_name(flush_names, COUNT(flush_names), (unsigned)flush);
 }
 
 const char *echod_serialize_name(echod_serialize_t s)
 {
-    return (unsigned)s < 2 ? serialize_names[s] : "unknown";
+    return enum_name(serialize_names, COUNT(serialize_names), (unsigned)s);
 }
 
 const char *echod_sched_policy_name(echod_sched_policy_t p)
 {
-    return (unsigned)p < 2 ? sched_policy_names[p] : "unknown";
+    return enum_name(sched_policy_names, COUNT(sched_policy_names), (unsigned)p);
 }
 
 const char *echod_dist_name(echod_dist_kind_t kind)
 {
-    return (unsigned)kind < 3 ? dist_names[kind] : "unknown";
+    return enum_name(dist_names, COUNT(dist_names), (unsigned)kind);
 }
 
 int echod_dist_parse(const char *s, size_t len, echod_dist_kind_t *kind)
 {
-    for (unsigned i = 0; dist_names[i] != NULL; i++) {
-        if (strlen(dist_names[i]) == len && memcmp(dist_names[i], s, len) == 0) {
-            *kind = (echod_dist_kind_t)i;
-            return 0;
-        }
-    }
-    return -1;
+    unsigned v;
+    if (parse_enum(dist_names, COUNT(dist_names), s, len, &v) != 0)
+        return -1;
+    *kind = (echod_dist_kind_t)v;
+    return 0;
 }
 
 const char *echod_log_level_name(echod_log_level_t level)
 {
-    return (unsigned)level < 4 ? log_level_names[level] : "unknown";
+    return enum_name(log_level_names, COUNT(log_level_names), (unsigned)level);
 }
 
 const char *echod_log_format_name(echod_log_format_t format)
 {
-    return (unsigned)format < 2 ? log_format_names[format] : "unknown";
+    return enum_name(log_format_names, COUNT(log_format_names), (unsigned)format);
 }

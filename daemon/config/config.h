@@ -183,7 +183,7 @@ typedef struct echod_config {
     size_t origin_count;
 } echod_config_t;
 
-/* Fills every field with the built-in defaults (identical to config/echod.yaml). */
+/* Fills every field with the built-in defaults (identical to config/echod.yaml), each from its key's schema entry. */
 void echod_config_init(echod_config_t *cfg);
 
 /*

@@ -338,7 +338,7 @@ static void test_values(void)
     }
 
     /* Every enum value, and the name functions that print them. */
-    for (int m = ECHOD_EXEC_DIRECT; m <= ECHOD_EXEC_WORKSTEALING; m++) {
+    for (int m = ECHOD_EXEC_DIRECT; m <= ECHOD_EXEC_VIRTUAL; m++) {
         char text[128];
         snprintf(text, sizeof(text), "executor: {mode: %s}\n", echod_exec_mode_name((echod_exec_mode_t)m));
         CHECK(load_ok(text, &cfg) && (int)cfg.executor.mode == m);
@@ -350,7 +350,17 @@ static void test_values(void)
     CHECK(strcmp(echod_serialize_name(ECHOD_SERIALIZE_ALWAYS), "always") == 0);
     CHECK(strcmp(echod_log_level_name(ECHOD_LOG_WARN), "warn") == 0);
     CHECK(strcmp(echod_log_format_name(ECHOD_LOG_JSON), "json") == 0);
+    CHECK(strcmp(echod_sched_policy_name(ECHOD_SCHED_BATCH), "batch") == 0);
+    CHECK(strcmp(echod_dist_name(ECHOD_DIST_STALL), "stall") == 0);
+    echod_dist_kind_t kind = ECHOD_DIST_CONSTANT;
+    CHECK(echod_dist_parse("exponential", 11, &kind) == 0 && kind == ECHOD_DIST_EXPONENTIAL);
+    CHECK(echod_dist_parse("stalls", 5, &kind) == 0 && kind == ECHOD_DIST_STALL);
+    CHECK(echod_dist_parse("stal", 4, &kind) == -1 && kind == ECHOD_DIST_STALL);
+    /* a value with no name (a struct written directly) prints as such, never past a table */
     CHECK(strcmp(echod_exec_mode_name((echod_exec_mode_t)42), "unknown") == 0);
+    CHECK(strcmp(echod_flush_name((echod_flush_t)3), "unknown") == 0);
+    CHECK(strcmp(echod_dist_name((echod_dist_kind_t)-1), "unknown") == 0);
+    CHECK(strcmp(echod_log_level_name((echod_log_level_t)4), "unknown") == 0);
 
     /* per_method entries start from the executor defaults, not from `executor`. */
     CHECK(load_ok("executor: {mode: cached, keep_alive: 5s}\n"
