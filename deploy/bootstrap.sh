@@ -402,6 +402,8 @@ run_tests() {
         fuzz)
             # each libFuzzer target for ECHOD_FUZZ_SECONDS against its corpus (clang, ASan+UBSan)
             run_script fuzz tests/fuzz/run.sh "${ECHOD_FUZZ_SECONDS:-30}"
+            # a campaign stopped by SIGTERM, by ^C or by its time limit keeps what it found (10 s)
+            run_script fuzz-stop tests/fuzz/check-stop.sh
             ;;
         memcheck)
             # the release binary of the first suite, under valgrind, over part of the integration suite

@@ -6,7 +6,8 @@
 #   tests/fuzz/run.sh [SECONDS] [TARGET...]        replay, then fuzz SECONDS per target (default 60; CI: 30)
 #   tests/fuzz/run.sh --replay [TARGET...]         replay only
 #   tests/fuzz/run.sh --campaign RUNS [TARGET...]  fuzz RUNS executions per target, then fold what it
-#                                                  found into tests/fuzz/corpus/ (minimised)
+#                                                  found into tests/fuzz/corpus/ (minimised); a
+#                                                  campaign stopped early is folded in the same way
 #   tests/fuzz/run.sh --merge [TARGET...]          re-minimise tests/fuzz/corpus/ only
 #
 # What is kept, per target (docs/fuzzing.md):
@@ -18,9 +19,17 @@
 # The replay runs each of them once (-runs=0); the fuzzing starts from seeds and corpus, and what
 # it adds goes to a scratch directory (a campaign merges it back; a CI run drops it).
 #
+# Stopping: SIGINT or SIGTERM (^C, kill, timeout(1)) is passed on to the fuzzer, which ends with
+# its final stats; a campaign then folds in what it found so far, as a finished one does, and the
+# run ends there with status 130 or 143. A merge already under way runs to its end first (it
+# ignores both signals). A campaign that reaches ECHOD_FUZZ_CAMPAIGN_SECONDS is folded in too.
+# tests/fuzz/check-stop.sh shows all three.
+#
 # Environment:
 #   ECHOD_FUZZ_BUILD  build directory (default: <root>/build-fuzz; configured here when missing)
 #   ECHOD_FUZZ_OUT    where crash inputs and logs go (default: <build>/fuzz-out)
+#   ECHOD_FUZZ_KEPT   the directory of seeds/, corpus/ and regressions/ (default: <root>/tests/fuzz)
+#   ECHOD_FUZZ_CAMPAIGN_SECONDS  a campaign's time limit per target (libFuzzer's -max_total_time)
 #   CC                a clang (default: clang)
 #   ECHOD_FUZZ_SET    more config for fuzz_conn, "key=value;key=value" (e.g. executor.mode=fixed)
 #
@@ -50,6 +59,9 @@ fi
 TARGETS=${*:-$ALL}
 BUILD=${ECHOD_FUZZ_BUILD:-$ROOT/build-fuzz}
 OUT=${ECHOD_FUZZ_OUT:-$BUILD/fuzz-out}
+KEPT=${ECHOD_FUZZ_KEPT:-$ROOT/tests/fuzz}
+CAMPAIGN_SECONDS=${ECHOD_FUZZ_CAMPAIGN_SECONDS:-0}
+case $CAMPAIGN_SECONDS in '' | *[!0-9]*) echo "fuzz: ECHOD_FUZZ_CAMPAIGN_SECONDS is not a number" >&2; exit 2 ;; esac
 CC=${CC:-clang}
 for t in $TARGETS; do
     case " $ALL " in *" $t "*) ;; *) echo "fuzz: unknown target $t (targets: $ALL)" >&2; exit 2 ;; esac
@@ -77,7 +89,7 @@ OPTS="-timeout=10 -rss_limit_mb=2048 -max_len=65536"
 # must not make the function fail, which under set -e ends the run without a word.
 kept_dirs() {
     for d in seeds corpus regressions; do
-        if [ -d "$ROOT/tests/fuzz/$d/$1" ]; then printf '%s ' "$ROOT/tests/fuzz/$d/$1"; fi
+        if [ -d "$KEPT/$d/$1" ]; then printf '%s ' "$KEPT/$d/$1"; fi
     done
 }
 
@@ -105,21 +117,53 @@ checked() {
 stat_of() { sed -n "s/^stat::$1: *//p" "$2" | tail -1; }
 cov_of() { grep -o 'cov: [0-9]* ft: [0-9]*' "$1" | tail -1; }
 
+# interrupted LOG RC: the fuzzer was stopped by SIGINT or SIGTERM (libFuzzer's own exit: status
+# 72 after its final stats) and reported nothing else
+interrupted() {
+    [ "$2" -eq 72 ] && grep -q 'libFuzzer: run interrupted' "$1" && checked "$1" 0 >/dev/null
+}
+
+# A stop sets $stop; the fuzzing runs in the background (a trap waits for a foreground command
+# to end), and the stop is passed on to it.
+stop=
+trap 'stop=INT' INT
+trap 'stop=TERM' TERM
+
+# stoppable LOG CMD...: runs CMD with its output in LOG; its exit status is CMD's own
+stoppable() {
+    fz_log=$1
+    shift
+    "$@" >"$fz_log" 2>&1 &
+    fz_pid=$!
+    while :; do
+        if [ -n "$stop" ]; then kill -s "$stop" "$fz_pid" 2>/dev/null || true; fi
+        fz_rc=0
+        wait "$fz_pid" || fz_rc=$?
+        # a stop makes wait return while CMD still runs: pass it on, and wait again
+        kill -0 "$fz_pid" 2>/dev/null || return $fz_rc
+    done
+}
+
 # minimise T SCRATCH...: rebuilds tests/fuzz/corpus/T from itself and SCRATCH, keeping only inputs
 # that add coverage beyond the seeds and regressions (which are replayed and fuzzed from anyway)
 minimise() {
     t=$1
     shift
-    kept=$ROOT/tests/fuzz/corpus/$t
+    kept=$KEPT/corpus/$t
     new=$(mktemp -d "${TMPDIR:-/tmp}/echod-fuzz-merge-$t.XXXXXX")
     # the seeds and regressions go in first, so -merge=1 counts their coverage as had...
     for d in seeds regressions; do
-        if [ -d "$ROOT/tests/fuzz/$d/$t" ]; then find "$ROOT/tests/fuzz/$d/$t" -type f -exec cp {} "$new/" \;; fi
+        if [ -d "$KEPT/$d/$t" ]; then find "$KEPT/$d/$t" -type f -exec cp {} "$new/" \;; fi
     done
     base=$(ls "$new")
     mkdir -p "$kept"
     rc=0
-    "$BUILD/tests/fuzz/$t" -merge=1 $OPTS "$new" "$kept" "$@" >"$OUT/$t.merge.log" 2>&1 || rc=$?
+    # not to be stopped half-way (^C reaches the whole process group): the merge starts with
+    # SIGINT and SIGTERM ignored, and libFuzzer leaves them so
+    (
+        trap '' INT TERM
+        exec "$BUILD/tests/fuzz/$t" -merge=1 -handle_int=0 -handle_term=0 $OPTS "$new" "$kept" "$@"
+    ) >"$OUT/$t.merge.log" 2>&1 || rc=$?
     if ! checked "$OUT/$t.merge.log" $rc; then
         rm -rf "$new"
         return 1
@@ -137,12 +181,13 @@ failed=0
 summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
 for t in $TARGETS; do
+    if [ -n "$stop" ]; then break; fi
     bin=$BUILD/tests/fuzz/$t
     kept=$(kept_dirs "$t")
     # shellcheck disable=SC2086
     n_kept=$(files $kept)
     if [ $MODE = merge ]; then
-        before="$(files "$ROOT/tests/fuzz/corpus/$t") files"
+        before="$(files "$KEPT/corpus/$t") files"
         if minimise "$t"; then
             result="ok"
         else
@@ -150,7 +195,7 @@ for t in $TARGETS; do
             failed=1
         fi
         printf '%-14s %-8s corpus %s -> %s files, %s bytes\n' "$t" "$result" "$before" \
-            "$(files "$ROOT/tests/fuzz/corpus/$t")" "$(bytes "$ROOT/tests/fuzz/corpus/$t")" >>"$summary"
+            "$(files "$KEPT/corpus/$t")" "$(bytes "$KEPT/corpus/$t")" >>"$summary"
         continue
     fi
 
@@ -162,6 +207,10 @@ for t in $TARGETS; do
     # shellcheck disable=SC2086
     "$bin" -runs=0 $OPTS -artifact_prefix="$OUT/$t-" $kept >"$log" 2>&1 || rc=$?
     replay_s=$(echo "$(date +%s.%N) $t0" | awk '{printf "%.1f", $1 - $2}')
+    if [ -n "$stop" ]; then
+        echo "$t: stopped (SIG$stop) during the replay" >>"$summary"
+        break
+    fi
     if checked "$log" $rc; then
         result="replay ok"
     else
@@ -179,6 +228,7 @@ for t in $TARGETS; do
     log=$OUT/$t.log
     if [ $MODE = campaign ]; then
         limit="-runs=$RUNS"
+        if [ "$CAMPAIGN_SECONDS" -gt 0 ]; then limit="$limit -max_total_time=$CAMPAIGN_SECONDS"; fi
         echo "== $t: campaign of $RUNS executions (log: $log)"
     else
         limit="-max_total_time=$DURATION"
@@ -187,21 +237,28 @@ for t in $TARGETS; do
     rc=0
     t0=$(date +%s)
     # shellcheck disable=SC2086
-    "$bin" $limit $OPTS -print_final_stats=1 -artifact_prefix="$OUT/$t-" "$work" $kept >"$log" 2>&1 || rc=$?
+    stoppable "$log" "$bin" $limit $OPTS -print_final_stats=1 -artifact_prefix="$OUT/$t-" "$work" $kept || rc=$?
     secs=$(($(date +%s) - t0))
-    if checked "$log" $rc; then
+    keep=0
+    if interrupted "$log" $rc; then
+        result="stopped (${stop:+SIG}${stop:-by a signal to the fuzzer})"
+        keep=1
+    elif checked "$log" $rc; then
         result="ok"
+        keep=1
     else
         result="FAILED (exit $rc)"
         failed=1
     fi
     execs=$(stat_of number_of_executed_units "$log")
     rate=$(stat_of average_exec_per_sec "$log")
+    if [ $MODE = campaign ]; then execs="${execs:-?} of $RUNS"; fi
     line="$line | fuzz $result: execs ${execs:-?} in ${secs}s (${rate:-?}/s) $(cov_of "$log"), $(files "$work") new"
-    if [ $MODE = campaign ] && [ $rc -eq 0 ]; then
-        before=$(files "$ROOT/tests/fuzz/corpus/$t")
+    # a campaign keeps what it found, finished, out of time or stopped
+    if [ $MODE = campaign ] && [ $keep -eq 1 ]; then
+        before=$(files "$KEPT/corpus/$t")
         if minimise "$t" "$work"; then
-            line="$line | corpus $before -> $(files "$ROOT/tests/fuzz/corpus/$t") files, $(bytes "$ROOT/tests/fuzz/corpus/$t") bytes"
+            line="$line | corpus $before -> $(files "$KEPT/corpus/$t") files, $(bytes "$KEPT/corpus/$t") bytes"
         else
             line="$line | merge FAILED"
             failed=1
@@ -214,4 +271,8 @@ done
 echo
 echo "== summary ($MODE)"
 cat "$summary"
+case $stop in
+INT) exit 130 ;;
+TERM) exit 143 ;;
+esac
 exit $failed

@@ -1,0 +1,71 @@
+#!/bin/sh
+# Shows that a stopped campaign keeps what it found (docs/fuzzing.md). fuzz_timeout's campaign,
+# from its seeds alone in a scratch copy of tests/fuzz (ECHOD_FUZZ_KEPT), is stopped three ways:
+#   SIGTERM to run.sh alone (kill, a supervisor), which run.sh passes on to the fuzzer;
+#   SIGINT to run.sh's whole process group (^C in a terminal, timeout(1));
+#   its time limit (ECHOD_FUZZ_CAMPAIGN_SECONDS).
+# Each time run.sh must exit 143, 130 or 0, say so in its summary, have folded the inputs the
+# fuzzer found into corpus/, and leave neither a fuzzer running nor a scratch directory behind.
+# Uses run.sh's build (build-fuzz/, built when missing); about 30 seconds.
+set -eu
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+T=fuzz_timeout
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/echod-check-stop.XXXXXX")
+trap 'rm -rf "$SCRATCH"' EXIT
+export ECHOD_FUZZ_KEPT="$SCRATCH/kept" ECHOD_FUZZ_OUT="$SCRATCH/out" TMPDIR="$SCRATCH/tmp"
+mkdir -p "$ECHOD_FUZZ_KEPT/seeds" "$TMPDIR"
+cp -r "$ROOT/tests/fuzz/seeds/$T" "$ECHOD_FUZZ_KEPT/seeds/"
+"$ROOT/tests/fuzz/run.sh" --replay $T >"$SCRATCH/build.log" 2>&1 || {
+    cat "$SCRATCH/build.log"
+    exit 1
+}
+
+failed=0
+fail() {
+    echo "check-stop: $1: $2" >&2
+    sed 's/^/   /' "$SCRATCH/run.log" >&2
+    failed=1
+}
+
+# campaign HOW SIGNAL WANT_STATUS WANT_SUMMARY: one stopped campaign, from an empty corpus/
+# (HOW: process, group, or "time limit" with SIGNAL none)
+campaign() {
+    rm -rf "$ECHOD_FUZZ_KEPT/corpus" "$ECHOD_FUZZ_OUT"
+    # a new session, so that the group can be signalled as a terminal would; the signals at
+    # their defaults, as a shell started from a terminal has them (a background job of a
+    # script starts with SIGINT ignored, and a shell cannot trap a signal ignored on entry)
+    setsid env --default-signal=INT,TERM "$ROOT/tests/fuzz/run.sh" --campaign 1000000000000 $T \
+        >"$SCRATCH/run.log" 2>&1 &
+    pid=$!
+    if [ "$2" != none ]; then
+        # stop it once the fuzzing runs, past the replay
+        i=0
+        until grep -q INITED "$ECHOD_FUZZ_OUT/$T.log" 2>/dev/null || [ $i -ge 600 ]; do
+            sleep 0.1
+            i=$((i + 1))
+        done
+        sleep 2
+        case $1 in
+        process) kill -s "$2" "$pid" ;;
+        group) kill -s "$2" -- "-$pid" ;;
+        esac
+    fi
+    status=0
+    wait "$pid" || status=$?
+    corpus=$(find "$ECHOD_FUZZ_KEPT/corpus/$T" -type f 2>/dev/null | wc -l)
+    [ "$status" -eq "$3" ] || fail "$1 $2" "exit status $status, not $3"
+    grep -q "$4" "$SCRATCH/run.log" || fail "$1 $2" "the summary does not say '$4'"
+    if [ "$corpus" -eq 0 ] || ! grep -q "corpus 0 -> $corpus files" "$SCRATCH/run.log"; then
+        fail "$1 $2" "corpus/ holds $corpus inputs, not what the fuzzer found"
+    fi
+    if kill -0 -- "-$pid" 2>/dev/null; then fail "$1 $2" "a process of the run is still there"; fi
+    [ -z "$(ls "$TMPDIR")" ] || fail "$1 $2" "scratch left behind: $(ls "$TMPDIR")"
+    echo "check-stop: $1 $2: exit $status, $corpus inputs kept after $(grep -o 'execs [0-9]*' "$SCRATCH/run.log" | tail -1)"
+}
+
+campaign process TERM 143 "fuzz stopped (SIGTERM)"
+campaign group INT 130 "fuzz stopped (SIGINT)"
+export ECHOD_FUZZ_CAMPAIGN_SECONDS=3
+campaign "time limit" none 0 "fuzz ok"
+exit $failed
