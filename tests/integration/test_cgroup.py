@@ -6,6 +6,7 @@ skipped with the reason otherwise. The reader itself, on fixture trees for v2, v
 nested, unlimited and unreadable files, is tests/unit/test_cgroup.c.
 """
 
+import contextlib
 import os
 import shlex
 import sys
@@ -49,30 +50,36 @@ class CgroupDaemon(Daemon):
         return ["/bin/sh", "-c", 'echo $$ > %s && exec "$@"' % shlex.quote(self.procs), "sh"] + super().command()
 
 
+def v1_quota_cgroup(test, name):
+    """A new v1 cpu cgroup below ours with a quota of one CPU, removed when `test` ends; its
+    directory. Skips the test without root or a v1 cpu controller (test_readme uses it too)."""
+    if os.geteuid() != 0:
+        test.skipTest("needs root to make a cgroup")
+    mount = v1_cpu_mount()
+    if mount is None:
+        test.skipTest("no cgroup v1 cpu controller mounted (a pure cgroup v2 host)")
+    parent = os.path.join(mount, own_v1_path(mount).lstrip("/"))
+    path = os.path.join(parent, "echod-%s-%d" % (name, os.getpid()))
+
+    def remove():
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+
+    try:
+        os.mkdir(path)
+        test.addCleanup(remove)
+        with open(os.path.join(path, "cpu.cfs_period_us")) as f:
+            period = int(f.read())
+        with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
+            f.write("%d\n" % period)  # one CPU
+    except OSError as e:
+        test.skipTest("cannot make a v1 cpu cgroup with a quota under %s: %s" % (parent, e))
+    return path
+
+
 class V1Quota(unittest.TestCase):
     def setUp(self):
-        if os.geteuid() != 0:
-            self.skipTest("needs root to make a cgroup")
-        mount = v1_cpu_mount()
-        if mount is None:
-            self.skipTest("no cgroup v1 cpu controller mounted (a pure cgroup v2 host)")
-        parent = os.path.join(mount, own_v1_path(mount).lstrip("/"))
-        self.dir = os.path.join(parent, "echod-test-%d" % os.getpid())
-        try:
-            os.mkdir(self.dir)
-            with open(os.path.join(self.dir, "cpu.cfs_period_us")) as f:
-                period = int(f.read())
-            with open(os.path.join(self.dir, "cpu.cfs_quota_us"), "w") as f:
-                f.write("%d\n" % period)  # one CPU
-        except OSError as e:
-            self.skipTest("cannot make a v1 cpu cgroup with a quota under %s: %s" % (parent, e))
-        self.addCleanup(self.remove)
-
-    def remove(self):
-        try:
-            os.rmdir(self.dir)
-        except OSError:
-            pass
+        self.dir = v1_quota_cgroup(self, "test")
 
     def cpu_stat(self):
         with open(os.path.join(self.dir, "cpu.stat")) as f:
