@@ -249,7 +249,8 @@ def render(arms, summ, args):
         if s["errors"] or s["h2load_errors"]:
             fails.append("errors (see below)")
         lines.append("| " + " | ".join([
-            a, fmt.num(s["sat_rps"], 0), fmt.num(s["cpu_sat"], 2, 1), fmt.num(s["fixed_rps"], 0), fmt.num(s["cpu_fixed"], 2, 1),
+            a, fmt.num(s["sat_rps"], 0), fmt.num(s["cpu_sat"], 2, 1), fmt.num(s["fixed_rps"], 0),
+            fmt.num(s["cpu_fixed"], 2, 1),
             fmt.num(s["p50"], 0), fmt.num(s["p99"], 0),
             fmt.pair(s["sat_csw_per_call"], s["fixed_csw_per_call"]), steps,
             fmt.pair(s["sat_dispatches_per_call"], s["fixed_dispatches_per_call"]),
