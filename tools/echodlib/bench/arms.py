@@ -21,7 +21,7 @@ class Daemon(daemon.Echod):
 
     def __init__(self, echod, arm_file, server_cpu, workdir, sets=()):
         super().__init__(config=arm_file, sets=["log.level=warn"] + list(sets), binary=echod,
-                          prefix=["taskset", "-c", str(server_cpu)], start_timeout=15.0,
+                         prefix=["taskset", "-c", str(server_cpu)], start_timeout=15.0,
                          log_path=os.path.join(workdir, "echod-%s.stderr" %
                                                os.path.basename(arm_file).rsplit(".", 1)[0]))
 
@@ -369,7 +369,8 @@ def run_compression(args, echod, arms, workdir):
         for label, enc, respond in COMPRESSION_ROWS:
             body = os.path.join(workdir, "req-%s.bin" % enc)
             h2load.write_body(body, compression_body(enc))
-            d = Daemon(echod, os.path.join(arms_dir, arm + ".yaml"), args.server_cpu, workdir)
+            d = Daemon(echod, os.path.join(arms_dir, arm + ".yaml"), args.server_cpu, workdir,
+                       ["transport.compression.respond=" + respond])
             err = d.start()
             if err:
                 sys.exit("bench/arms: %s: %s" % (arm, err))
