@@ -10,8 +10,6 @@ release build are what a soak judges). Run on its own:
   ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_soak.py
 """
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import shutil
@@ -22,6 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from echod_harness import ECHOD_BIN, ROOT, SANITIZER, main  # noqa: E402
+from echodlib.bench import soak  # noqa: E402  (echod_harness put tools/ on sys.path)
 
 SOAK = os.path.join(ROOT, "bench", "soak")
 MiB = 1 << 20
@@ -36,14 +35,6 @@ def why_skip():
     if len(os.sched_getaffinity(0)) < 2:
         return "fewer than two CPUs: bench/soak pins echod and h2load apart (CPUs 1 and 0)"
     return None
-
-
-def load_soak():
-    loader = importlib.machinery.SourceFileLoader("bench_soak", SOAK)
-    spec = importlib.util.spec_from_loader("bench_soak", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
 
 
 def run_soak(*args, timeout=600):
@@ -89,7 +80,7 @@ class GrowthRule(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.soak = load_soak()
+        cls.soak = soak
         cls.tol = dict(cls.soak.WATCHED)["rss"]
 
     def series(self, seconds, every, f):
