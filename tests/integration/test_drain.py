@@ -29,6 +29,7 @@ import grpc  # noqa: E402
 from echod_harness import (BIDI, SANITIZER, SERVICE, SLOW, UNARY, Daemon,  # noqa: E402
                            EchoStub, H2Client, main)
 from echodlib import h2load  # noqa: E402  (echod_harness put tools/ on sys.path)
+from test_h2load import summary  # noqa: E402
 
 T = 30.0 * SLOW
 MAX_STREAM_ID = 2 ** 31 - 1
@@ -387,27 +388,17 @@ def run_h2load(port, duration, extra_headers=(), clients=4, streams=8):
     f = tempfile.NamedTemporaryFile(prefix="echod-body-", delete=False)
     f.write(H2LOAD_BODY)
     f.close()
-    extra = ["-c", str(clients), "-m", str(streams), "-D", str(duration)]
-    for h in extra_headers:
-        extra += ["-H", h]
-    cmd = h2load.command(port, f.name, extra, path=UNARY)
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = h2load.start(h2load.command(port, f.name, headers=extra_headers, clients=clients,
+                                    streams=streams, duration=duration, path=UNARY))
     p.body_path = f.name
     return p
 
 
 def h2load_result(p, timeout):
     try:
-        out, _ = p.communicate(timeout=timeout)
+        return summary(p.wait(timeout, keep_output=True))
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
         os.unlink(p.body_path)
-    res = h2load.parse(out)
-    if res["total"] is None:
-        raise AssertionError("h2load printed no requests line (exit %d):\n%s" % (p.returncode, out))
-    return res, out
 
 
 @unittest.skipUnless(shutil.which("h2load"), "h2load not installed (nghttp2-client)")

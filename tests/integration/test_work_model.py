@@ -44,6 +44,7 @@ from test_h2load import h2load  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from echodlib import procstat  # noqa: E402
+from echodlib.procstat import thread_cpu as thread_cpu_s  # noqa: E402
 
 ARMS = os.path.join(ROOT, "config", "arms")
 # Unit costs (µs) of the test. With the model on, a pool call's threads sleep and wake in another
@@ -70,21 +71,6 @@ ROUNDS, PER_ROUND = (2, 15) if SANITIZER else (4, 50)
 SANITIZED_ARMS = {"direct", "cached", "virtual", "fixed-unwrapped", "merged-coalesced"}
 T = 60 * SLOW
 KINDS = ("call", "step", "handoff", "message")
-
-
-def thread_cpu_s(pid, prefix):
-    """CPU seconds of pid's live threads whose name starts with prefix (schedstat: ns)."""
-    total = 0
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
-                if not f.read().startswith(prefix):
-                    continue
-            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            continue  # a worker that just exited
-    return total / 1e9
 
 
 class Clocks:
