@@ -40,7 +40,7 @@ import yaml  # noqa: E402
 
 from echod_harness import (ECHOD_BIN, ROOT, SANITIZER, SLOW, Daemon, EchoStub, echod_check_config,  # noqa: E402
                            main, metric_delta)
-from test_h2load import h2load  # noqa: E402
+from test_h2load import (h2load)  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from echodlib import procstat  # noqa: E402
@@ -346,7 +346,7 @@ def drawn_delta(m1, m0, kind):
     return c1 - c0, s1 - s0, {le: b1[le] - b0.get(le, 0) for le in b1}
 
 
-@unittest.skipUnless(shutil.which("h2load"), "h2load not installed (nghttp2-client)")
+@unittest.skipUnless(shutil.which("h2load"), "nghttp2-client (h2load) not installed")
 class Distributions(unittest.TestCase):
     N = 600 if SANITIZER else 3000
     # exponential CPU with a 100 µs mean; 8% of sleeps stall 1 ms over a base of 0

@@ -48,6 +48,8 @@ def info(perf=False):
 
 # tool: the Debian package that has it
 PACKAGES = {"h2load": "nghttp2-client", "taskset": "util-linux", "valgrind": "valgrind"}
+# what a benchmark that pins the server and its load apart needs
+LOAD_TOOLS = ("h2load", "taskset")
 
 
 def missing_tool(*tools):

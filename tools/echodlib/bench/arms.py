@@ -192,6 +192,16 @@ def run_arm(args, echod, arm, arm_file, body, workdir, rep):
     return res
 
 
+def progress(r):
+    """One round's line on stderr."""
+    if not r.get("sat"):
+        return "    ERROR " + (r.get("error") or "?")
+    return "    sat %s calls/s, %s µs CPU/call; fixed p99 %s µs%s" % (
+        fmt.num(get(r, "sat", "h2load", "rps"), 0), fmt.num(get(r, "sat", "cpu_us_per_call"), 2, 1),
+        fmt.num(get(r, "fixed", "latency", "p99_us"), 0),
+        ("; ERROR " + r["error"].splitlines()[0]) if r.get("error") else "")
+
+
 def summarize(runs):
     """Median over the repeats of one arm."""
     ok = [r for r in runs if r.get("sat")]

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from .. import bidi, daemon, grpccheck, h2idle, h2load, paths, peers, procstat
+from .. import bidi, daemon, fmt, grpccheck, h2idle, h2load, paths, peers, procstat
 from ..stats import get
 
 SUSTAINED = 0.95   # a fixed-rate run that achieved less than this share of its rate is flagged
@@ -216,3 +216,16 @@ def bidi_window(args, srv, seconds, warmup, warnings):
                 "generator behind); its CPU per message is not comparable" % (
                     bd["msgs_per_s"], args.bidi_rate))
     return bd
+
+
+def progress(r):
+    """One round's line on stderr."""
+    return ("    unary %s µs/call (p99 %s µs), sat %s calls/s (server %s, h2load %s), "
+            "bidi %s µs/msg, RSS idle %s kB, %s kB/conn%s" % (
+                fmt.num(get(r, "fixed", "cpu_us_per_call"), 2, 1),
+                fmt.num(get(r, "fixed", "latency", "p99_us"), 0), fmt.num(get(r, "sat", "rps"), 0),
+                fmt.num(get(r, "sat", "server_share"), 2, 1), fmt.num(get(r, "sat", "client_share"), 2, 1),
+                fmt.num(get(r, "bidi", "cpu_us_per_msg"), 2, 1), r.get("idle_rss_kb"),
+                fmt.num(r.get("rss_per_conn_kb"), 1, 1),
+                ("; ERROR " + r["errors"][0].splitlines()[0]) if r["errors"] else
+                ("; " + r["warnings"][0]) if r["warnings"] else ""))

@@ -8,6 +8,15 @@ import tempfile
 from .. import daemon, h2load, paths, prom, stats
 
 
+def print_header(args):
+    print("offered %.0f calls/s, work.defaults.cpu_us %d, %d s per run, echod on CPU %s, h2load "
+          "on CPU %s" % (args.rate, args.cpu_us, args.seconds, args.server_cpu, args.client_cpu))
+    print()
+    print("| window (conns x streams) | arm | goodput/s | p50 ms | p99 ms | mean ms | "
+          "window / goodput ms | p99 / first arm's | flushes |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+
+
 def run(args, arm, conns, streams, body):
     d = daemon.Echod(config=os.path.join(paths.ROOT, "config", "arms", arm + ".yaml"),
                      sets=["work.defaults.cpu_us=%d" % args.cpu_us, "log.level=warn"],
