@@ -26,7 +26,7 @@ fi
 
 # What the selection covers: every method and the protocol table, TLS, the REST arm, shutdown
 # with calls in flight, every abuse and fault test, start-up failures. Left out: tests that
-# measure time or throughput (h2load, arms, callgrind, operate, drain under h2load, services'
+# measure time or throughput (`h2load`, arms, callgrind, operate, drain under `h2load`, services'
 # benchmark counts), which memcheck's 20-50x slow-down defeats.
 DEFAULT="test_echo_grpcio test_protocol test_tls test_rest_arm test_config_cli.Shutdown test_abuse test_faults
 test_config_errors.OperatorErrors test_compression.FrameLevel"

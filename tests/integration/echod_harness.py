@@ -1,6 +1,6 @@
 """Shared helpers for echod's integration tests.
 
-The parts every tool needs (starting echod, free ports, /metrics, h2load, CPU sampling) are in
+The parts every tool needs (starting echod, free ports, /metrics, `h2load`, CPU sampling) are in
 tools/echodlib, the tooling's one library; this module re-exports them under their old names
 and adds what only tests need: the clean-exit and sanitizer checks of Daemon, hand-encoded
 protobuf and gRPC framing, grpcio stubs, a raw HTTP/2 client and the test runner.

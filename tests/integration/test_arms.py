@@ -6,7 +6,7 @@ For each arm file: start echod with it, then
      executor with an inline runner has 0 dispatches and 0 loop tasks, a serializing or pool
      arm between N and (steps per call)*N dispatches; every step ran on the loop thread
      (direct) or on a worker (pools); flush triggers match the policy;
-  2. h2load unary calls over 4 connections: same step arithmetic, zero failures;
+  2. `h2load` unary calls over 4 connections: same step arithmetic, zero failures;
   3. bidi: 3 connections x 3 streams x 1000 messages each at once, every echo in order.
 
 Run on its own: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_arms.py
@@ -26,7 +26,7 @@ import yaml  # noqa: E402
 
 from echod_harness import (ROOT, SERVICE, SLOW, Daemon, EchoStub, echod_check_config,  # noqa: E402
                            main, metric_delta)
-from test_h2load import h2load  # noqa: E402
+from test_h2load import (h2load)  # noqa: E402
 
 ARMS_DIR = os.path.join(ROOT, "config", "arms")
 EXPECTED_ARMS = ("direct", "direct-drain", "cached", "fixed", "workstealing", "virtual", "merged",
@@ -183,7 +183,7 @@ class Arms(unittest.TestCase):
                       arm, total / N, dispatches / N, loop_tasks / N,
                       ", ".join("%s=%.2f" % (t, v / N) for t, v in fl.items() if v)))
 
-            # 2. h2load over 4 connections.
+            # 2. `h2load` over 4 connections.
             if shutil.which("h2load"):
                 res, out = h2load(d.grpc_port, N_H2LOAD, clients=4, streams=8, timeout=300 * SLOW)
                 self.assertEqual((res["succeeded"], res["failed"], res["errored"]),
@@ -197,7 +197,7 @@ class Arms(unittest.TestCase):
                 d2 = metric_delta(m2, m1, "echod_executor_dispatches_total")
                 fl2 = {t: metric_delta(m2, m1, "echod_flushes_total", trigger=t)
                        for t in ("loop_tail", "read_complete", "immediate", "loop_task")}
-                print("  %s: per unary call (h2load -c 4 -m 8): %.2f dispatches, %.2f loop tasks, "
+                print("  %s: per unary call (`h2load -c 4 -m 8`): %.2f dispatches, %.2f loop tasks, "
                       "flushes %s" % (arm, d2 / N_H2LOAD,
                                       metric_delta(m2, m1, "echod_loop_tasks_total") / N_H2LOAD,
                                       ", ".join("%s=%.3f" % (t, v / N_H2LOAD)

@@ -1,7 +1,7 @@
 """CPU regression check: instructions per unary call of the `direct` arm under callgrind
 must not grow by more than 10% over bench/callgrind-baseline.json (bench/callgrind-check).
 
-Exit 77 (meson: SKIP) when valgrind or h2load is missing, in sanitizer builds
+Exit 77 (meson: SKIP) when valgrind or `h2load` is missing, in sanitizer builds
 (ECHOD_SANITIZER set) and when ECHOD_BIN is not from a release build (the baseline is a
 release figure; a debugoptimized build would fail it for no reason).
 Run on its own: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_callgrind.py
@@ -23,7 +23,7 @@ def main():
         print("SKIP: sanitizer build (ECHOD_SANITIZER=%s): instruction counts are not comparable"
               % os.environ["ECHOD_SANITIZER"])
         return SKIP
-    for tool, pkg in (("valgrind", "valgrind"), ("h2load", "nghttp2-client")):
+    for tool, pkg in dict(valgrind="valgrind", h2load="nghttp2-client").items():
         if not shutil.which(tool):
             print("SKIP: %s not installed (apt-get install %s)" % (tool, pkg))
             return SKIP

@@ -5,10 +5,10 @@
     the final GOAWAY naming the last stream processed (streams opened in between are served)
   - calls in flight finish; after shutdown.drain_timeout the streams still open end with
     grpc-status 14 UNAVAILABLE; echod_drain_streams_total{state=open|finished|cut}; exit 0
-  - SIGTERM under h2load and under python grpcio load: no call accepted by the server fails
+  - SIGTERM under `h2load` and under python grpcio load: no call accepted by the server fails
   - transport.max_connection_age (+ grace) and transport.idle_timeout
 
-Uses h2load (nghttp2-client): runs alone. Run on its own:
+Uses `h2load` (nghttp2-client): runs alone. Run on its own:
   ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_drain.py
 """
 
@@ -28,7 +28,8 @@ import grpc  # noqa: E402
 
 from echod_harness import (BIDI, SANITIZER, SERVICE, SLOW, UNARY, Daemon,  # noqa: E402
                            EchoStub, H2Client, main)
-from echodlib import h2load  # noqa: E402  (echod_harness put tools/ on sys.path)
+from echodlib import (h2load)  # noqa: E402  (echod_harness put tools/ on sys.path)
+from test_h2load import summary  # noqa: E402
 
 T = 30.0 * SLOW
 MAX_STREAM_ID = 2 ** 31 - 1
@@ -387,38 +388,28 @@ def run_h2load(port, duration, extra_headers=(), clients=4, streams=8):
     f = tempfile.NamedTemporaryFile(prefix="echod-body-", delete=False)
     f.write(H2LOAD_BODY)
     f.close()
-    extra = ["-c", str(clients), "-m", str(streams), "-D", str(duration)]
-    for h in extra_headers:
-        extra += ["-H", h]
-    cmd = h2load.command(port, f.name, extra, path=UNARY)
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = h2load.start(h2load.command(port, f.name, headers=extra_headers, clients=clients,
+                                    streams=streams, duration=duration, path=UNARY))
     p.body_path = f.name
     return p
 
 
 def h2load_result(p, timeout):
     try:
-        out, _ = p.communicate(timeout=timeout)
+        return summary(p.wait(timeout, keep_output=True))
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
         os.unlink(p.body_path)
-    res = h2load.parse(out)
-    if res["total"] is None:
-        raise AssertionError("h2load printed no requests line (exit %d):\n%s" % (p.returncode, out))
-    return res, out
 
 
-@unittest.skipUnless(shutil.which("h2load"), "h2load not installed (nghttp2-client)")
+@unittest.skipUnless(shutil.which("h2load"), "nghttp2-client (h2load) not installed")
 class SigtermUnderH2load(unittest.TestCase):
-    """What h2load 1.52 counts with -D: "succeeded" = streams closed cleanly with a 2xx; "failed"
+    """What `h2load` 1.52 counts with -D: "succeeded" = streams closed cleanly with a 2xx; "failed"
     = done minus succeeded (the requests it could not even submit after the GOAWAY notice,
     "Process Request Failure", cancel out of the final tally); "errored" = failed ones closed by a
-    stream error. After the notice nghttp2 refuses, locally, the requests h2load had queued but not
+    stream error. After the notice nghttp2 refuses, locally, the requests `h2load` had queued but not
     yet sent (REFUSED_STREAM, never on the wire): those show as failed + errored although no
     server saw them. So the proof is on the server side: every call echod accepted ended OK
-    (grpc_server_handled_total; h2load does not read grpc-status), and h2load counted exactly that
+    (grpc_server_handled_total; `h2load` does not read grpc-status), and it counted exactly that
     many successes, so none of the accepted calls is among h2load's failures; the failures are
     all stream errors, at most one -m window per connection."""
 
@@ -435,7 +426,7 @@ class SigtermUnderH2load(unittest.TestCase):
                                    timeout=4 * SLOW, what="a call in flight under h2load")
                 d.proc.send_signal(signal.SIGTERM)
                 t0 = time.monotonic()
-                # every h2load connection gone, no call in flight: the final tally
+                # every connection of `h2load` gone, no call in flight: the final tally
                 m = d.wait_metrics(lambda m: m.metric("echod_connections") == 1
                                    and m.metric("echod_calls_in_flight") == 0
                                    and drain_counts(m)["open"] == drain_counts(m)["finished"],
@@ -451,11 +442,11 @@ class SigtermUnderH2load(unittest.TestCase):
         print("drained %.3fs after SIGTERM; server: started %d, handled %r, drain %r"
               % (t_drained, started, codes, drain_counts(m)))
         self.assertGreater(res["succeeded"], 1000, out)
-        # every call the server accepted ended OK and reached h2load as a success
+        # every call the server accepted ended OK and reached `h2load` as a success
         self.assertEqual(codes, {"OK": started}, "a call the server accepted did not end OK")
         self.assertEqual(res["succeeded"], started,
-                         "h2load succeeded != calls the server accepted:\n" + out)
-        # what h2load counts as failed is only what never reached the server: stream errors
+                         "h2load: succeeded != calls the server accepted:\n" + out)
+        # what `h2load` counts as failed is only what never reached the server: stream errors
         # (no HTTP error status), at most one window of queued requests per connection
         self.assertEqual(res["failed"], res["errored"], out)
         self.assertEqual(res["timeout"], 0, out)

@@ -17,7 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from echod_harness import SANITIZER, SLOW, Daemon, main  # noqa: E402
-from test_h2load import h2load  # noqa: E402
+from test_h2load import (h2load)  # noqa: E402
 
 N = 2000 if SANITIZER else 20000
 TRIGGERS = ("loop_tail", "read_complete", "immediate", "loop_task")
@@ -27,7 +27,7 @@ def flushes(m):
     return {t: m.metric("echod_flushes_total", trigger=t) for t in TRIGGERS}
 
 
-@unittest.skipUnless(shutil.which("h2load"), "h2load not installed (nghttp2-client)")
+@unittest.skipUnless(shutil.which("h2load"), "nghttp2-client (h2load) not installed")
 class FlushPolicies(unittest.TestCase):
     def burst(self, policy):
         with Daemon(config=os.path.join("config", "arms", "direct.yaml"),

@@ -1,4 +1,4 @@
-"""h2load (nghttp2-client) sends 100k unary calls over 4 connections: zero failures, then
+"""`h2load` (nghttp2-client) sends 100k unary calls over 4 connections: zero failures, then
 /metrics shows exactly one OK call and six steps per request.
 
 ECHOD_SANITIZER set (sanitizer builds): 20k calls instead. ECHOD_H2LOAD_N overrides.
@@ -14,7 +14,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from echod_harness import SANITIZER, SERVICE, SLOW, STEPS, Daemon, main  # noqa: E402
-from echodlib import h2load as h2load_cmd  # noqa: E402  (echod_harness put tools/ on sys.path)
+import echodlib.h2load as h2load_cmd  # noqa: E402  (echod_harness put tools/ on sys.path)
 
 N = int(os.environ.get("ECHOD_H2LOAD_N") or (20000 if SANITIZER else 100000))
 # gRPC frame: not compressed, length 7, EchoRequest{message: "hello"}
@@ -23,23 +23,23 @@ BODY = bytes.fromhex("00" "00000007" "0a05" "68656c6c6f")
 
 def h2load(port, n, clients=4, streams=16, body=BODY, path="/grpc.examples.echo.Echo/UnaryEcho",
            timeout=600):
-    """Runs h2load against 127.0.0.1:port; returns (requests line match dict, full output)."""
-    with tempfile.NamedTemporaryFile(prefix="echod-body-", delete=False) as f:
-        f.write(body)
-    try:
-        cmd = h2load_cmd.command(port, f.name, ["-n", str(n), "-c", str(clients), "-m",
-                                                str(streams)], path=path)
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    finally:
-        os.unlink(f.name)
-    out = r.stdout + r.stderr
-    res = h2load_cmd.parse(out)
+    """Runs `h2load` against 127.0.0.1:port; returns summary()'s (its summary, full output)."""
+    with h2load_cmd.body(body) as f:
+        return summary(h2load_cmd.run(h2load_cmd.command(port, f, n=n, clients=clients,
+                                                         streams=streams, path=path),
+                                      timeout, keep_output=True))
+
+
+def summary(res):
+    """(echodlib.h2load's dict of a run kept with its output, the output); AssertionError when
+    `h2load` printed no summary."""
     if res["total"] is None:
-        raise AssertionError("h2load printed no requests line (exit %d):\n%s" % (r.returncode, out))
-    return res, out
+        raise AssertionError("h2load: no requests line (exit %s):\n%s" % (res["returncode"],
+                                                                                res["output"]))
+    return res, res["output"]
 
 
-@unittest.skipUnless(shutil.which("h2load"), "h2load not installed (nghttp2-client)")
+@unittest.skipUnless(shutil.which("h2load"), "nghttp2-client (h2load) not installed")
 class H2Load(unittest.TestCase):
     def test_100k_unary_calls(self):
         with Daemon() as d:

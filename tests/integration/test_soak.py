@@ -1,17 +1,15 @@
 """bench/soak in CI: the soak suite shortened to 60 s of load (30 s on each of direct and fixed).
 
-It exits 0: no call failed (a call h2load abandoned at a slice's end is not a failure) and
+It exits 0: no call failed (a call `h2load` abandoned at a slice's end is not a failure) and
 nothing grew. The gate is shown to close: calls shed by a limit are failures, and the growth
 rule tells a leak from noise on made-up samples (the figures the thresholds were argued with,
 bench/soak's docstring). The 10-minute suite is `bench/soak`, outside CI (README "Soak").
 
-Skipped with the reason without h2load or taskset, on fewer than two CPUs, and in sanitizer builds (RSS and rates of a
+Skipped with the reason without `h2load` or taskset, on fewer than two CPUs, and in sanitizer builds (RSS and rates of a
 release build are what a soak judges). Run on its own:
   ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_soak.py
 """
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import shutil
@@ -22,6 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from echod_harness import ECHOD_BIN, ROOT, SANITIZER, main  # noqa: E402
+from echodlib.bench import soak  # noqa: E402  (echod_harness put tools/ on sys.path)
 
 SOAK = os.path.join(ROOT, "bench", "soak")
 MiB = 1 << 20
@@ -30,20 +29,12 @@ MiB = 1 << 20
 def why_skip():
     if SANITIZER:
         return "a sanitizer build (%s): a soak judges a release build's RSS and rates" % SANITIZER
-    for tool, pkg in (("h2load", "nghttp2-client"), ("taskset", "util-linux")):
+    for tool, pkg in dict(h2load="nghttp2-client", taskset="util-linux").items():
         if not shutil.which(tool):
             return "%s is not installed (%s)" % (tool, pkg)
     if len(os.sched_getaffinity(0)) < 2:
-        return "fewer than two CPUs: bench/soak pins echod and h2load apart (CPUs 1 and 0)"
+        return "fewer than two CPUs: bench/soak pins echod and `h2load` apart (CPUs 1 and 0)"
     return None
-
-
-def load_soak():
-    loader = importlib.machinery.SourceFileLoader("bench_soak", SOAK)
-    spec = importlib.util.spec_from_loader("bench_soak", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
 
 
 def run_soak(*args, timeout=600):
@@ -89,7 +80,7 @@ class GrowthRule(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.soak = load_soak()
+        cls.soak = soak
         cls.tol = dict(cls.soak.WATCHED)["rss"]
 
     def series(self, seconds, every, f):

@@ -10,7 +10,7 @@ there, and every verdict in it is what the documented rule gives for the figures
 (recomputed here from the published and measured values). Timing is never asserted.
 
 The CFS-quota model runs too, on two arms, when this machine lets a cgroup with a quota be made
-(root). Skipped with the reason without h2load or k6, and in sanitizer builds (a load study measures a
+(root). Skipped with the reason without `h2load` or k6, and in sanitizer builds (a load study measures a
 release build). Run on its own:
   ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_study.py
 """
@@ -41,7 +41,7 @@ def why_skip():
     if SANITIZER:
         return "a sanitizer build (%s): the study measures release builds" % SANITIZER
     if not shutil.which("h2load"):
-        return "h2load is not installed (nghttp2-client)"
+        return "nghttp2-client (h2load) is not installed"
     return k6lib.unusable()
 
 
@@ -110,7 +110,7 @@ class QuickStudy(StudyRun):
                 self.assertLessEqual(sum(s["answered"] for s in run["steps"]),
                                      sum(s["ok"] for s in run["steps"]), (arm, run["streams"]))
             self.assertIn("| %s | k6 |" % arm, md)
-            self.assertIn("| %s | h2load |" % arm, md)
+            self.assertIn("| %s | %s |" % (arm, "h2load"), md)
         self.assertGreater(self.data["cpu_us"], 0, "calibrated per-call work")
         # the throttling table is there when echod's cgroup counted CFS periods: not on a
         # pinned core, unless this machine's own cgroup has a quota
@@ -383,7 +383,7 @@ def why_skip_h2load():
     if SANITIZER:
         return "a sanitizer build (%s): the benchmarks measure release builds" % SANITIZER
     if not shutil.which("h2load"):
-        return "h2load is not installed (nghttp2-client)"
+        return "nghttp2-client (h2load) is not installed"
     return None
 
 

@@ -40,10 +40,11 @@ import yaml  # noqa: E402
 
 from echod_harness import (ECHOD_BIN, ROOT, SANITIZER, SLOW, Daemon, EchoStub, echod_check_config,  # noqa: E402
                            main, metric_delta)
-from test_h2load import h2load  # noqa: E402
+from test_h2load import (h2load)  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from echodlib import procstat  # noqa: E402
+from echodlib.procstat import thread_cpu as thread_cpu_s  # noqa: E402
 
 ARMS = os.path.join(ROOT, "config", "arms")
 # Unit costs (µs) of the test. With the model on, a pool call's threads sleep and wake in another
@@ -70,21 +71,6 @@ ROUNDS, PER_ROUND = (2, 15) if SANITIZER else (4, 50)
 SANITIZED_ARMS = {"direct", "cached", "virtual", "fixed-unwrapped", "merged-coalesced"}
 T = 60 * SLOW
 KINDS = ("call", "step", "handoff", "message")
-
-
-def thread_cpu_s(pid, prefix):
-    """CPU seconds of pid's live threads whose name starts with prefix (schedstat: ns)."""
-    total = 0
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
-                if not f.read().startswith(prefix):
-                    continue
-            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            continue  # a worker that just exited
-    return total / 1e9
 
 
 class Clocks:
@@ -360,7 +346,7 @@ def drawn_delta(m1, m0, kind):
     return c1 - c0, s1 - s0, {le: b1[le] - b0.get(le, 0) for le in b1}
 
 
-@unittest.skipUnless(shutil.which("h2load"), "h2load not installed (nghttp2-client)")
+@unittest.skipUnless(shutil.which("h2load"), "nghttp2-client (h2load) not installed")
 class Distributions(unittest.TestCase):
     N = 600 if SANITIZER else 3000
     # exponential CPU with a 100 µs mean; 8% of sleeps stall 1 ms over a base of 0

@@ -11,13 +11,21 @@ module per need:
   promserver a local Prometheus (Debian's) and PromQL over its HTTP API
   stats    percentiles, medians, the spread of repeated runs
   fmt      numbers in tables: one formatter for every script
-  procstat CPU time and RSS of a process from /proc
-  h2load   running h2load and reading its output
+  procstat CPU time and RSS of a process from /proc (CpuWindow: a process's CPU over a run)
+  h2load   the one h2load runner: command lines, runs (and the server's CPU over them), summaries,
+           latency logs, request bodies
   k6       finding the k6 binary, its version, its busy VUs
-  daemon   starting and stopping echod on free ports
-  peers    building and running the grpc-java peer of ../shared/peers (bench/model)
+  daemon   starting and stopping echod on free ports: the launcher of a server under test
+  peers    building and running the grpc-java and grpc C++ peers of ../shared/peers
+  build    the release build the benchmarks measure, and telling a release build from another
+  machine  the machine a benchmark ran on, the tools and CPUs it needs
+  h2idle   idle raw HTTP/2 connections (RSS per connection)
+  bidi     the bidi load generator (bench/compare --bidi-client)
+  grpccheck a grpcio client's check of a server before it is measured
   sampler  a background time series (CPU, RSS, scrapes) to cut a run by step
   findings the capacity study's findings: published figures, verdict rules, tables
+  bench/   the library half of each bench/ command (arms, compare, soak, model, callgrind, ab,
+           drain_depth): what it measures and how it prints it
 
 Import it by putting <root>/tools on sys.path:
 

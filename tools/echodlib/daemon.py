@@ -9,9 +9,14 @@ bench/study.
 The prefix (taskset, a cgroup entry, valgrind) must exec echod, so that d.pid is echod's own
 pid and its CPU can be read from /proc. stdout and stderr go to one log file (a temporary file
 unless log_path is given).
+
+A server under test, echod here or a peer (echodlib.peers), offers the same few things to a
+benchmark: start() (raising a ServerError), pid, port and target (its gRPC listener), proc,
+alive(), stop() (an error string, or None), log_tail() and shown_command().
 """
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -21,7 +26,11 @@ import time
 from . import paths, ports, prom
 
 
-class EchodError(Exception):
+class ServerError(Exception):
+    """A server under test did not start."""
+
+
+class EchodError(ServerError):
     pass
 
 
@@ -133,17 +142,23 @@ class Echod:
                 raise self.error_class("echod exited with %s before it was ready:\n%s"
                                        % (self.proc.returncode, self.stderr_text()))
             try:
-                # /readyz, not /healthz: 200 only once every loop and executor thread runs
-                # (a thread count scraped before that is short of them)
-                status, _ = prom.http_get(self.admin_port, "/readyz", timeout=1.0)
-                if status == 200:
-                    with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=1.0):
-                        return
+                if self.ready():
+                    return
             except OSError:
                 pass
             time.sleep(0.02)
         raise self.error_class("echod not ready after %.0fs:\n%s" % (self.start_timeout,
                                                                      self.stderr_text()))
+
+    def ready(self):
+        """True once echod serves; OSError counts as not yet."""
+        # /readyz, not /healthz: 200 only once every loop and executor thread runs
+        # (a thread count scraped before that is short of them)
+        status, _ = prom.http_get(self.admin_port, "/readyz", timeout=1.0)
+        if status != 200:
+            return False
+        with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=1.0):
+            return True
 
     def signal_and_wait(self, sig=signal.SIGTERM, timeout=30.0):
         """Signals echod and waits for it: (exit status, None) or (status after SIGKILL, why)."""
@@ -161,8 +176,9 @@ class Echod:
                 timeout, signal.Signals(sig).name)
 
     def stop(self, timeout=30.0):
-        """SIGTERM; returns an error string, or None when echod exited 0."""
+        """SIGTERM; returns an error string, or None when echod exited 0. Closes the log."""
         rc, why = self.signal_and_wait(timeout=timeout)
+        self.close_log()
         if why:
             return why
         if rc != 0:
@@ -202,6 +218,12 @@ class Echod:
     @property
     def grpc_target(self):
         return "127.0.0.1:%d" % self.grpc_port
+
+    port = property(lambda self: self.grpc_port)
+    target = grpc_target
+
+    def shown_command(self):
+        return shlex.join(self.command())
 
     def scrape(self, timeout=10.0):
         """The text of /metrics."""

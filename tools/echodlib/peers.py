@@ -1,17 +1,19 @@
-"""The grpc-java peer of ../shared/peers (the grpc-java 1.41 server of echod's wire contract, built
-from Debian packages): building it, and running one arm of it on a pinned CPU, for benchmarks
-that put echod's figures beside grpc-java's (bench/model; bench/compare keeps its own, older
-launcher for both peers).
+"""The peers of ../shared/peers: the grpc-java 1.41 and grpc C++ 1.51 servers of echod's wire
+contract, built from Debian packages: building them, and running one arm of one on a pinned CPU,
+for the benchmarks that put echod's figures beside theirs (bench/compare, bench/model).
 
-    peer = JavaPeer("direct", build="/tmp/echod-peers", prefix=["taskset", "-c", "1"]).start()
+    peer = Peer("java", "direct", build="/tmp/echod-peers", prefix=["taskset", "-c", "1"]).start()
     ... peer.port, peer.pid ...
     peer.stop()
 
-The peer needs Debian's openjdk-17-jdk-headless, libgrpc-java, libnetty-java, libguava-java,
-libperfmark-java and libgoogle-gson-java; `unusable()` says which are missing.
+A Peer is a server under test as echodlib.daemon.Echod is one (start, pid, port, target, stop,
+log_tail, shown_command). grpc-java needs Debian's openjdk-17-jdk-headless, libgrpc-java,
+libnetty-java, libguava-java, libperfmark-java and libgoogle-gson-java; grpc C++ libgrpc++-dev,
+protobuf and its compilers; `unusable()` and `missing()` say what is not there.
 """
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -22,6 +24,19 @@ from . import daemon, paths, ports
 PEERS_DIR = os.path.normpath(os.path.join(paths.ROOT, "..", "shared", "peers"))
 JAVA_PACKAGES = ["openjdk-17-jdk-headless", "libgrpc-java", "libnetty-java", "libguava-java",
                  "libperfmark-java", "libgoogle-gson-java"]
+CPP_PACKAGES = ["libgrpc++-dev", "libprotobuf-dev", "protobuf-compiler", "protobuf-compiler-grpc",
+                "g++", "pkg-config"]
+# kind: (the name a table shows, its Debian packages, build script, what it builds, its sources)
+KINDS = {
+    "java": ("grpc-java", JAVA_PACKAGES, "build-java.sh", os.path.join("java", "EchoPeer.class"),
+             [os.path.join("java", "EchoPeer.java")]),
+    "cpp": ("grpc C++", CPP_PACKAGES, "build-cpp.sh", os.path.join("cpp", "echo_peer"),
+            [os.path.join("cpp", "echo_peer.cc"), "echo.proto"]),
+}
+
+
+class PeerError(daemon.ServerError, RuntimeError):
+    pass
 
 
 def unusable(peers_dir=PEERS_DIR):
@@ -35,24 +50,54 @@ def unusable(peers_dir=PEERS_DIR):
     return None
 
 
-def build(build_dir, peers_dir=PEERS_DIR):
-    """Compiles the peer into build_dir (once; again when the source is newer)."""
-    out = os.path.join(build_dir, "java", "EchoPeer.class")
-    src = os.path.join(peers_dir, "java", "EchoPeer.java")
-    if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(src):
-        subprocess.run([os.path.join(peers_dir, "build-java.sh")], check=True, env=dict(os.environ, BUILD=build_dir),
-                       stdout=subprocess.DEVNULL)
+def installed(pkg):
+    r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg], capture_output=True, text=True)
+    return r.returncode == 0 and "install ok installed" in r.stdout
+
+
+def missing(kind):
+    """The Debian packages of a peer kind that are not installed."""
+    return [p for p in KINDS[kind][1] if not installed(p)]
+
+
+def _newer(out, srcs):
+    if not os.path.exists(out):
+        return True
+    t = os.path.getmtime(out)
+    return any(os.path.exists(s) and os.path.getmtime(s) > t for s in srcs)
+
+
+def build_command(kind, build_dir, peers_dir=PEERS_DIR):
+    """The build as a shell would show it: env BUILD=DIR .../build-KIND.sh."""
+    return ["env", "BUILD=" + build_dir, os.path.join(peers_dir, KINDS[kind][2])]
+
+
+def build(build_dir, kind="java", peers_dir=PEERS_DIR, force=False, log=None):
+    """Builds a peer into build_dir (once; again when a source is newer, or with force) and
+    returns what it built; PeerError when the build fails. log gets the command it runs."""
+    _, _, script, out, srcs = KINDS[kind]
+    out = os.path.join(build_dir, out)
+    if force or _newer(out, [os.path.join(peers_dir, s) for s in srcs]):
+        cmd = [os.path.join(peers_dir, script)]
+        if log:
+            log("+ " + shlex.join(cmd))
+        r = subprocess.run(cmd, env=dict(os.environ, BUILD=build_dir), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            raise PeerError("%s failed (exit %d): %s" % (script, r.returncode, r.stdout.strip()[-800:]))
     return out
 
 
-class JavaPeer:
-    """One grpc-java arm (default, direct, fixed:N) listening on a free loopback port; pid is the
-    JVM itself (taskset and run-java.sh exec)."""
+class Peer:
+    """One arm of a peer (java: default, direct, fixed:N; cpp: callback, async:N) listening on a
+    free loopback port; pid is the server itself (taskset and run-KIND.sh exec)."""
 
-    def __init__(self, arm, build, prefix=(), log_path=None, java_opts=None, peers_dir=PEERS_DIR):
-        self.arm = arm
+    def __init__(self, kind, arm, build, prefix=(), log_path=None, java_opts=None,
+                 peers_dir=PEERS_DIR):
+        self.kind, self.arm = kind, arm
+        self.name = "%s %s" % (KINDS[kind][0], arm)
         self.port = ports.free_port()
-        self.cmd = list(prefix) + [os.path.join(peers_dir, "run-java.sh"), str(self.port), arm]
+        self.cmd = list(prefix) + [os.path.join(peers_dir, "run-%s.sh" % kind), str(self.port), arm]
         self.env = dict(os.environ, BUILD=build)
         if java_opts:
             self.env["JAVA_OPTS"] = java_opts
@@ -63,28 +108,65 @@ class JavaPeer:
     def pid(self):
         return self.proc.pid
 
+    @property
+    def target(self):
+        return "127.0.0.1:%d" % self.port
+
+    def command(self):
+        return self.cmd
+
+    def shown_command(self):
+        return shlex.join(["env", "BUILD=" + self.env["BUILD"]] + self.cmd)
+
+    def log_tail(self, n=2000):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()[-n:].strip()
+        except OSError:
+            return ""
+
     def start(self, timeout=30.0):
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.cmd, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=paths.ROOT,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while not daemon.listening(self.port):
             if self.proc.poll() is not None:
-                raise RuntimeError("grpc-java %s: %s before listening (%s)" % (
-                    self.arm, daemon.describe_exit(self.proc.returncode), self.log_path))
+                raise PeerError("%s: %s before listening:\n%s" % (
+                    self.name, daemon.describe_exit(self.proc.returncode), self.log_tail()))
             if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("grpc-java %s: not listening within %.0f s" % (self.arm, timeout))
+                self.kill()
+                raise PeerError("%s: not listening on %d within %.0f s:\n%s" % (
+                    self.name, self.port, timeout, self.log_tail()))
             time.sleep(0.05)
         return self
 
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
     def stop(self, timeout=15.0):
-        """SIGTERM (the JVM exits 143), then SIGKILL if it does not go."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
+        """SIGTERM, then SIGKILL if it does not go: an error string or None. The exit status
+        after SIGTERM is not checked (the JVM exits 143)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is not None:
+            return "had exited before the stop (%s)" % daemon.describe_exit(self.proc.returncode)
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            self.kill()
+            return "did not exit within %.0f s of SIGTERM; killed" % timeout
+        return None
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+class JavaPeer(Peer):
+    """One grpc-java arm (bench/model's)."""
+
+    def __init__(self, arm, build, **kw):
+        super().__init__("java", arm, build, **kw)

@@ -82,6 +82,61 @@ def cpu_delta(a, b):
     return None, None
 
 
+class CpuWindow:
+    """A process's CPU over one measured window, the one way every tool reads it: opened just
+    before the load, closed just after.
+
+        w = CpuWindow(pid, machine=True)
+        ... the load ...
+        w.close()
+        w.cpu_s, w.source, w.sys_fraction, w.wall_s, w.csw(calls), w.busy()
+
+    cpu_s is the process CPU clock's delta (ns), or /proc/PID/stat's when the clock cannot be
+    read (source says which); with machine, busy() is each CPU's busy share of the window (any
+    process: what tells a disturbed run)."""
+
+    def __init__(self, pid, machine=False):
+        self.pid = pid
+        self.before = cpu_sample(pid)
+        self._cpus0 = cpu_times() if machine else None
+        self._t0 = time.monotonic()
+        self.after = None
+
+    def close(self):
+        self.wall_s = time.monotonic() - self._t0
+        self.after = cpu_sample(self.pid)
+        self._cpus1 = cpu_times() if self._cpus0 is not None else None
+        self.cpu_s, self.source = cpu_delta(self.before, self.after)
+        self.sys_fraction = sys_fraction(self.before, self.after)
+        return self
+
+    def csw(self, n):
+        """Context switches per unit over the window (csw_delta), or None."""
+        return csw_delta(self.before, self.after, n)
+
+    def busy(self):
+        """{cpu: busy share of the window}, with machine=True; else {}."""
+        if self._cpus1 is None:
+            return {}
+        return {c: busy_share(self._cpus0, self._cpus1, c) for c in self._cpus1}
+
+
+def thread_cpu(pid, prefix):
+    """CPU seconds of pid's live threads whose name starts with prefix (schedstat: ns); a thread
+    that exits takes its time along."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                if not f.read().startswith(prefix):
+                    continue
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            continue  # a worker that just exited
+    return total / 1e9
+
+
 def sys_fraction(a, b):
     """stime share of the CPU between two samples (10 ms ticks: rough on short runs)."""
     if a["utime"] is None or b["utime"] is None:

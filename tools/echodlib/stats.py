@@ -32,3 +32,12 @@ def nearest_rank(sorted_values, p):
         return None
     k = max(1, -(-p * len(sorted_values) // 100))
     return sorted_values[int(k) - 1]
+
+
+def get(d, *path):
+    """The figure at a path of nested dicts (a run's JSON), or None where any step is missing."""
+    for p in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(p)
+    return d

@@ -1,0 +1,386 @@
+"""bench/model's two experiments: `peer`, the calibration's independent source on grpc-java (CPU
+per call and per message, hand-offs counted on echod's cached arm, a JFR profile's step share,
+the preset they derive), and `arms`, echod's arms flat and on the cost model beside the study's
+published figures. What each measures: bench/model's docstring."""
+
+import collections
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+from .. import daemon, fmt, h2load, paths, peers, procstat, prom, stats
+
+PRESET = os.path.join(paths.ROOT, "config", "models", "grpc-java-study.yaml")
+BIDI_MSGS = 1000  # EchoRequests in one stream's body
+
+# The study's published figures (grpc-java 1.83 on 1-CPU pods; ../shared/study).
+PUB_UNARY_PLATEAU = {"direct": 2140, "virtual": 2060, "direct-drain": 2137}
+PUB_STREAM_PLATEAU = {"direct": 16000, "virtual": 16000 - 625}  # virtual shed 625 of 16k offered
+PUB_FIXED_CPU_US = {"direct": 145e3 / 200, "virtual": 220e3 / 200}  # 145 m and 220 m at 200 calls/s
+DEFAULT_ARMS = ["direct", "direct-drain", "virtual", "cached", "merged", "coalesced", "merged-coalesced"]
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+class Load:
+    """h2load against one server: unary calls of one EchoRequest, bidi streams of BIDI_MSGS."""
+
+    def __init__(self, args, port, workdir):
+        unary = h2load.write_body(os.path.join(workdir, "unary.grpc"))
+        bidi = h2load.write_body(os.path.join(workdir, "bidi.grpc"), count=BIDI_MSGS)
+        self.unary = h2load.Client(port, unary, client_cpu=args.client_cpu)
+        self.bidi = h2load.Client(port, bidi, client_cpu=args.client_cpu, path=h2load.BIDI_PATH)
+
+    @staticmethod
+    def run(client, timeout=300, **opts):
+        res = client.run(timeout, **opts)
+        if res["error"]:
+            raise RuntimeError(res["error"])
+        return res
+
+
+class Window:
+    """A server's CPU (procstat.CpuWindow) and, for echod, its /metrics over one load run."""
+
+    def __init__(self, pid, admin_port=None):
+        self.admin_port = admin_port
+        self.m0 = self.scrape()
+        self.cpu = procstat.CpuWindow(pid)
+
+    def scrape(self):
+        return prom.samples(prom.scrape(self.admin_port)) if self.admin_port else None
+
+    def close(self):
+        self.cpu.close()
+        self.cpu_s, self.wall_s = self.cpu.cpu_s, self.cpu.wall_s
+        self.m1 = self.scrape()
+        return self
+
+    def delta(self, name, **match):
+        return prom.metric_sum(self.m1, name, **match) - prom.metric_sum(self.m0, name, **match)
+
+
+def settle(d, timeout=30.0):
+    """echod: until no call is in flight (h2load -D leaves its last calls to the server)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if prom.metric_sum(prom.samples(d.scrape()), "echod_calls_in_flight") == 0:
+            return
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------- peer: the independent source
+
+# A JFR sample is classified by the innermost frame that names one of these (docs/work-model.md,
+# "The step's cost"): the six steps' own machinery, whatever runs inside them that is a message's
+# or the call's work being counted there instead.
+PROFILE_RULES = [
+    ("message", ["EchoPeer$BytesMarshaller", "EchoPeer$BytesStream", "io/grpc/internal/MessageDeframer",
+                 "io/grpc/internal/MessageFramer", "io/grpc/internal/ServerCallImpl.sendMessage",
+                 "io/grpc/internal/AbstractStream.writeMessage", "io/grpc/netty/NettyServerStream$Sink.writeFrame",
+                 "io/grpc/netty/NettyWritableBuffer", "io/grpc/internal/CompositeReadableBuffer",
+                 "io/grpc/internal/ReadableBuffers", "DefaultHttp2ConnectionEncoder$FlowControlledData",
+                 "DefaultHttp2FrameWriter.writeData", "DefaultHttp2ConnectionDecoder$FrameReadListener.onDataRead",
+                 "NettyServerHandler.onDataRead", "io/grpc/netty/SendGrpcFrameCommand"]),
+    ("call", ["io/netty/handler/codec/http2/HpackDecoder", "io/netty/handler/codec/http2/HpackEncoder",
+              "DefaultHttp2HeadersDecoder", "DefaultHttp2HeadersEncoder", "io/grpc/netty/Utils.convert",
+              "io/grpc/Metadata", "io/grpc/internal/ServerCallImpl.close", "io/grpc/internal/ServerCallImpl.sendHeaders",
+              "NettyServerHandler.onHeadersRead", "DefaultHttp2Connection", "io/grpc/netty/NettyServerStream",
+              "io/grpc/internal/AbstractServerStream", "io/grpc/Context", "io/grpc/internal/StatsTraceContext",
+              "io/grpc/netty/SendResponseHeadersCommand", "io/grpc/netty/CancelServerStreamCommand",
+              "DefaultHttp2FrameWriter.writeHeaders", "ServerImpl$ServerTransportListenerImpl.streamCreated",
+              "io/grpc/internal/ServerCallImpl.<init>", "ServerImpl$ServerTransportListenerImpl.createContext"]),
+    ("step", ["ServerImpl$JumpToApplicationThreadServerStreamListener", "SerializeReentrantCallsDirectExecutor",
+              "io/grpc/internal/SerializingExecutor", "io/grpc/internal/ContextRunnable", "$1MethodLookup",
+              "$1HandleServerCall", "$1StreamCreated", "ServerCallImpl$ServerStreamListenerImpl", "io/grpc/stub/ServerCalls",
+              "io/perfmark", "AbstractStream$TransportState.onStreamAllocated",
+              "ServerImpl$ServerTransportListenerImpl.startCall", "ServerImpl$ServerTransportListenerImpl.startWrappedCall"]),
+]
+
+
+def classify_profile(jfr_path):
+    """{category: samples} of the event loop's busy samples (execution samples and native samples
+    in a system call; a selector waiting is idle) in a JFR recording."""
+    out = subprocess.run(["jfr", "print", "--json", "--stack-depth", "512", "--events",
+                          "jdk.ExecutionSample,jdk.NativeMethodSample", jfr_path],
+                         capture_output=True, text=True, check=True).stdout
+    counts = collections.Counter()
+    for e in json.loads(out)["recording"]["events"]:
+        v = e["values"]
+        thread = (v.get("sampledThread") or {}).get("javaName") or ""
+        if not thread.startswith("nioEventLoopGroup-3"):  # the worker event loop (2 is the boss)
+            continue
+        frames = ["%s.%s" % (fr["method"]["type"]["name"], fr["method"]["name"]) for fr in v["stackTrace"]["frames"]]
+        if not frames or frames[0].endswith("EPoll.wait"):
+            continue
+        got = "io"  # reads, writes, flushes, buffers, the event loop itself
+        for name in frames:
+            hit = next((c for c, pats in PROFILE_RULES if any(p in name for p in pats)), None)
+            if hit:
+                got = hit
+                break
+        counts[got] += 1
+    return counts
+
+
+def measure_peer(args, arm, workdir, res, java_opts=None):
+    """One server of the peer comparison: a warm-up, then the unary and the stream run."""
+    pin = ["taskset", "-c", str(args.server_cpu)]
+    if arm == "echod-cached":
+        srv = daemon.Echod(config=os.path.join(paths.ROOT, "config", "arms", "cached.yaml"), binary=args.echod,
+                           prefix=pin, sets=["log.level=warn"], log_path=os.path.join(workdir, "echod.log")).start()
+        admin, warm = srv.admin_port, 2
+    else:
+        srv = peers.JavaPeer(arm, args.peers_build, prefix=pin, java_opts=java_opts,
+                             log_path=os.path.join(workdir, "java-%s.log" % arm)).start()
+        admin, warm = None, args.java_warmup
+    load = Load(args, srv.port, workdir)
+    try:
+        load.run(load.unary, clients=64, streams=1, duration=warm)
+        load.run(load.bidi, clients=1, streams=20, n=40)
+        w = Window(srv.pid, admin)
+        r = load.run(load.unary, clients=64, streams=1, duration=args.seconds)
+        if admin:
+            settle(srv)
+        w.close()
+        calls = r["succeeded"]
+        res[arm, "unary_us"].append(w.cpu_s / calls * 1e6)
+        res[arm, "unary_share"].append(w.cpu_s / w.wall_s)
+        res[arm, "unary_rps"].append(r["rps"])
+        if admin:
+            res[arm, "dispatches"].append(w.delta("echod_executor_dispatches_total") / calls)
+            res[arm, "tasks"].append(w.delta("echod_loop_tasks_total") / calls)
+        w = Window(srv.pid, admin)
+        r = load.run(load.bidi, clients=1, streams=20, n=20 * args.streams)
+        w.close()
+        msgs = r["succeeded"] * BIDI_MSGS
+        res[arm, "bidi_us"].append(w.cpu_s / msgs * 1e6)
+        res[arm, "bidi_share"].append(w.cpu_s / w.wall_s)
+        if admin:
+            res[arm, "bidi_dispatches"].append(w.delta("echod_executor_dispatches_total") / msgs)
+            res[arm, "bidi_tasks"].append(w.delta("echod_loop_tasks_total") / msgs)
+    finally:
+        srv.stop()
+
+
+def peer_main(args):
+    why = peers.unusable()
+    if why:
+        log("bench/model peer: %s" % why)
+        return 2
+    workdir = tempfile.mkdtemp(prefix="echod-model-")
+    peers.build(args.peers_build)
+    res = collections.defaultdict(list)
+    for rnd in range(args.rounds):
+        for arm in ("direct", "default", "echod-cached"):
+            log("round %d: %s" % (rnd + 1, arm))
+            measure_peer(args, arm, workdir, res)
+    if args.profile:
+        # a run of its own: sampling every millisecond costs the JVM CPU the figures above must not carry
+        log("profile: direct")
+        jfr = os.path.join(workdir, "direct.jfr")
+        opts = ("-XX:FlightRecorderOptions:stackdepth=512 -XX:StartFlightRecording=filename=%s,settings=profile,"
+                "jdk.ExecutionSample#period=1ms,jdk.NativeMethodSample#period=1ms,delay=%ds,duration=%ds"
+                % (jfr, args.java_warmup + 3, args.seconds))
+        measure_peer(args, "direct", workdir, collections.defaultdict(list), java_opts=opts)
+        time.sleep(0.5)
+        res["profile"] = classify_profile(jfr)
+    med = {k: stats.median(v) for k, v in res.items() if k != "profile"}
+    out = {"rounds": args.rounds, "peer": {"%s|%s" % k: v for k, v in med.items()},
+           "profile": dict(res["profile"]) if "profile" in res else None,
+           "load_average": os.getloadavg(), "machine": "%s, %s" % (platform.node(), platform.machine())}
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+    render_peer(args, out)
+    return 0
+
+
+# Below this server CPU share a "saturation" run was not: batching, and so CPU per call, differ.
+SATURATED = 0.7
+
+
+def render_peer(args, out):
+    """The peer table and the preset it gives, from peer_main's JSON (--from-json re-renders one)."""
+    med = {tuple(k.split("|", 1)): v for k, v in out["peer"].items()}
+    u, d = med["direct", "unary_us"], med["default", "unary_us"]
+    bu, bd = med["direct", "bidi_us"], med["default", "bidi_us"]
+    # grpc-java's hand-offs per unary call: the SerializingExecutor's dispatches (echod's cached
+    # arm coalesces as grpc-java's does, docs/pool-arms.md) and two event-loop tasks, request(2)
+    # and one WriteQueue flush for the headers, message and trailers (echod posts three).
+    hops = med["echod-cached", "dispatches"] + 2
+    bhops = med["echod-cached", "bidi_dispatches"] + 1  # request(1); the flushes of 20 streams coalesce
+    per_call, per_msg = (d - u) / hops / u, (bd - bu) / bhops / bu
+    print("## grpc-java on this machine (bench/model peer, %d rounds, medians)\n" % out["rounds"])
+    print("| figure | direct | default (cached pool) | echod cached |")
+    print("|---|---:|---:|---:|")
+    for key, label in (("unary_us", "unary CPU µs/call, saturation (-c 64 -m 1)"), ("unary_share", "server CPU share"),
+                       ("unary_rps", "calls/s"), ("bidi_us", "bidi CPU µs/message, saturation (20 streams)"),
+                       ("bidi_share", "server CPU share, bidi")):
+        print("| %s | %s |" % (label, " | ".join(fmt.num(med.get((arm, key)), 2, 0)
+                                                 for arm in ("direct", "default", "echod-cached"))))
+    print("| dispatches / loop tasks per call | | | %.2f / %.2f |" % (med["echod-cached", "dispatches"],
+                                                                      med["echod-cached", "tasks"]))
+    print("\nhand-offs in grpc-java default: %.2f per call (the dispatches echod's cached arm makes under the same "
+          "load, request(2), one WriteQueue flush), %.2f per message (a dispatch and request(1); the flushes of 20 "
+          "streams coalesce)" % (hops, bhops))
+    print("one hand-off, streams: %.4f of a direct message ((%.2f - %.2f) / %.2f / %.2f); the preset's source" % (
+        per_msg, bd, bu, bhops, bu))
+    print("one hand-off, unary:   %.4f of a direct call ((%.2f - %.2f) / %.2f / %.2f); a cross-check" % (
+        per_call, d, u, hops, u))
+    for shape in ("unary", "bidi"):
+        low = [a for a in ("direct", "default") if med[a, shape + "_share"] < SATURATED]
+        if low:
+            print("**not saturated**: %s %s had %s of its CPU (other load on the machine): its ratio is not usable" % (
+                " and ".join(low), shape, " and ".join("%.2f" % med[a, shape + "_share"] for a in low)))
+    step_share = args.step_share
+    if out.get("profile"):
+        p = collections.Counter(out["profile"])
+        total = sum(p.values())
+        step_share = p["step"] / total
+        print("\nJFR profile of direct, event loop busy samples: %s (of %d)" % (
+            ", ".join("%s %.1f%%" % (c, 100 * v / total) for c, v in p.most_common()), total))
+    unit = derive(step_share, per_msg)
+    print("\nderived preset (docs/work-model.md; step share %.4f):" % step_share)
+    print("  call_cpu_us: %d\n  step_cpu_us: %d\n  handoff_cpu_us: %d\n  message_cpu_us: %d" % (
+        unit["call"], unit["step"], unit["handoff"], unit["message"]))
+    print("\nmachine: %s; load average at the end %s" % (out["machine"],
+                                                        ", ".join("%.2f" % x for x in out["load_average"])))
+
+
+def derive(step_share, handoff_ratio, unary_plateau=2140.0, stream_plateau=16000.0):
+    """The preset's unit costs (µs) from the direct arm's two published plateaus, the steps' share
+    of a direct call and a hand-off's cost relative to a direct stream message, both measured on
+    grpc-java here (docs/work-model.md, "Calibration")."""
+    call_us, msg_us = 1e6 / unary_plateau, 1e6 / stream_plateau  # C + 6S + 2M, and S + 2M
+    step = step_share * call_us / 6
+    message = (msg_us - step) / 2
+    return {"call": round(call_us - 6 * step - 2 * message), "step": round(step), "message": round(message),
+            "handoff": round(handoff_ratio * msg_us)}
+
+
+# ---------------------------------------------------------------- arms: predictions
+
+def arm_main(args):
+    workdir = tempfile.mkdtemp(prefix="echod-model-")
+    pin = ["taskset", "-c", str(args.server_cpu)]
+    costs = {"flat": (None, ["work.defaults.cpu_us=%d" % args.flat_us]), "model": (args.preset, [])}
+    res = collections.defaultdict(list)
+    arms = args.arms.split(",")
+    for rnd in range(args.rounds):
+        for arm in arms:
+            for cost, (extra_config, sets) in costs.items():
+                log("round %d: %s, %s" % (rnd + 1, arm, cost))
+                cfg = os.path.join(paths.ROOT, "config", "arms", arm + ".yaml")
+                d = daemon.Echod(config=cfg, binary=args.echod, prefix=pin,
+                                 args=["--config", extra_config] if extra_config else [],
+                                 sets=["log.level=warn"] + sets, log_path=os.path.join(workdir, "echod.log")).start()
+                try:
+                    measure_arm(args, d, Load(args, d.port, workdir), res[arm, cost])
+                finally:
+                    rc = d.stop()
+                    if rc:
+                        raise RuntimeError("%s %s: %s" % (arm, cost, rc))
+    summary = {"%s %s" % k: {m: stats.median([r[m] for r in v]) for m in v[0]} for k, v in res.items()}
+    render(args, arms, summary)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"argv": sys.argv, "summary": summary, "runs": {"%s %s" % k: v for k, v in res.items()}},
+                      fh, indent=1)
+    return 0
+
+
+def measure_arm(args, d, load, out):
+    r = {}
+    load.run(load.unary, clients=64, streams=1, duration=2)
+    settle(d)
+    # 10% of the direct arm's capacity, as the study's fixed-rate grid (200/s of ~2,140)
+    w = Window(d.pid, d.admin_port)
+    res = load.run(load.unary, clients=16, streams=1, rps=args.fixed_rate / 16, duration=args.seconds)
+    settle(d)
+    w.close()
+    calls = w.delta("grpc_server_handled_total", grpc_code="OK")
+    r["fixed_us"] = w.cpu_s / calls * 1e6
+    r["fixed_rps"] = res["rps"]
+    # the unary plateau
+    w = Window(d.pid, d.admin_port)
+    res = load.run(load.unary, clients=64, streams=1, duration=args.seconds)
+    settle(d)
+    w.close()
+    calls = w.delta("grpc_server_handled_total", grpc_code="OK")
+    r["sat_us"] = w.cpu_s / calls * 1e6
+    r["capacity"] = 1e6 / r["sat_us"]
+    r["sat_rps"] = res["rps"]
+    r["sat_share"] = w.cpu_s / w.wall_s
+    for name, key in (("echod_call_steps_total", "steps"), ("echod_executor_dispatches_total", "dispatches"),
+                      ("echod_loop_tasks_total", "tasks")):
+        r[key] = w.delta(name) / calls
+    for kind in ("call", "step", "handoff", "message"):
+        r["charged_" + kind] = w.delta("echod_work_model_cpu_seconds_total", kind=kind) / calls * 1e6
+    # the stream plateau
+    w = Window(d.pid, d.admin_port)
+    res = load.run(load.bidi, clients=1, streams=20, n=20 * args.streams)
+    settle(d)
+    w.close()
+    msgs = res["succeeded"] * BIDI_MSGS
+    r["msg_us"] = w.cpu_s / msgs * 1e6
+    r["stream_capacity"] = 1e6 / r["msg_us"]
+    r["msg_handoffs"] = (w.delta("echod_executor_dispatches_total") + w.delta("echod_loop_tasks_total")) / msgs
+    bad = w.delta("grpc_server_handled_total") - w.delta("grpc_server_handled_total", grpc_code="OK")
+    if bad:
+        raise RuntimeError("%d calls did not end OK" % bad)
+    out.append(r)
+
+
+def render(args, arms, s):
+    def g(arm, cost, key):
+        return (s.get("%s %s" % (arm, cost)) or {}).get(key)
+
+    print("## The cost model against the study (bench/model arms, %d round%s, medians)\n" % (
+        args.rounds, "" if args.rounds == 1 else "s"))
+    print("Flat: `work.defaults.cpu_us=%d` per call (and per bidi message). Model: `%s`. Published: the study's "
+          "grpc-java arms; only `direct`'s plateaus were used to calibrate the model, every other model "
+          "figure is a prediction.\n" % (args.flat_us, os.path.relpath(args.preset, paths.ROOT)))
+    print("| arm | unary plateau/s: flat | model | published | CPU µs/call at %d/s: flat | model | published | "
+          "stream plateau msg/s: flat | model | published | streams / unary: flat | model | published |"
+          % args.fixed_rate)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for arm in arms:
+        pub = {"capacity": PUB_UNARY_PLATEAU.get(arm), "fixed_us": PUB_FIXED_CPU_US.get(arm),
+               "stream_capacity": PUB_STREAM_PLATEAU.get(arm)}
+        cells = [fmt.num(v, 1, 0) for key in ("capacity", "fixed_us", "stream_capacity")
+                 for v in (g(arm, "flat", key), g(arm, "model", key), pub[key])]
+        cells += [fmt.num(fmt.ratio(streams, unary), 2, 0) for streams, unary in (
+            (g(arm, "flat", "stream_capacity"), g(arm, "flat", "capacity")),
+            (g(arm, "model", "stream_capacity"), g(arm, "model", "capacity")),
+            (pub["stream_capacity"], pub["capacity"]))]
+        print("| `%s` | %s |" % (arm, " | ".join(cells)))
+    print("\n| arm | vs direct: plateau flat | model | published | CPU/call at %d/s flat | model | published | "
+          "stream plateau flat | model | published |" % args.fixed_rate)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for arm in arms:
+        if arm == "direct":
+            continue
+        row = [arm]
+        for key, pub in (("capacity", PUB_UNARY_PLATEAU), ("fixed_us", PUB_FIXED_CPU_US),
+                         ("stream_capacity", PUB_STREAM_PLATEAU)):
+            for cost in ("flat", "model"):
+                row.append(fmt.num(fmt.ratio(g(arm, cost, key), g("direct", cost, key)), 3, 0))
+            row.append(fmt.num(fmt.ratio(pub.get(arm), pub.get("direct")), 3, 0))
+        print("| `%s` | %s |" % (row[0], " | ".join(row[1:])))
+    print("\n| arm, model | steps | dispatches | loop tasks per call (saturation) | hand-offs per message | charged µs "
+          "per call: call | step | handoff | message | server CPU share, h2load calls/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for arm in arms:
+        cells = [fmt.num(g(arm, "model", k), 2, 0) for k in ("steps", "dispatches", "tasks", "msg_handoffs")]
+        cells += [fmt.num(g(arm, "model", "charged_" + k), 1, 0) for k in ("call", "step", "handoff", "message")]
+        print("| `%s` | %s | %s, %s |" % (arm, " | ".join(cells), fmt.num(g(arm, "model", "sat_share"), 2, 0),
+                                          fmt.num(g(arm, "model", "sat_rps"), 1, 0)))
+    print("\nserver on CPU %s (taskset), h2load on CPU %s; %s; load average at the end %s" % (
+        args.server_cpu, args.client_cpu, platform.machine(), ", ".join("%.2f" % x for x in os.getloadavg())))
