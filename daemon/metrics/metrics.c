@@ -55,12 +55,12 @@ static const char *metrics_version = "unknown";
 static double process_start_time;
 
 static const char *const grpc_type_names[] = {"unary", "client_stream", "server_stream", "bidi_stream"};
-static const char *const loop_task_names[ECHOD_LOOP_TASK__COUNT] = {"request", "write", "close"};
-static const char *const charge_names[ECHOD_CHARGE__COUNT] = {"call", "step", "handoff", "message"};
-static const char *const charge_thread_names[ECHOD_CHARGE_THREAD__COUNT] = {"loop", "worker"};
-static const char *const drawn_names[ECHOD_DRAWN__COUNT] = {"cpu", "sleep"};
-static const char *const flush_trigger_names[ECHOD_FLUSH_TRIGGER__COUNT] = {"loop_tail", "read_complete", "immediate",
-                                                                            "loop_task"};
+
+const char *const echod_direction_names[] = {
+    [ECHOD_DIRECTION_RECEIVED] = "received",
+    [ECHOD_DIRECTION_SENT] = "sent",
+};
+_Static_assert(NELEMS(echod_direction_names) == ECHOD_DIRECTION__COUNT, "a name per direction");
 
 /* Start-up (registration happens before the threads that observe): the counts are zero already. */
 static void histogram_setup(echod_histogram_t *h, const double *bounds, size_t nbounds, double scale)
@@ -479,12 +479,12 @@ static void render_dispatch(mbuf_t *b)
 
     family(b, "echod_loop_tasks_total", "counter", "Work posted back to an I/O loop from another thread, by kind.");
     for (size_t i = 0; i < ECHOD_LOOP_TASK__COUNT; ++i)
-        mbuf_printf(b, "echod_loop_tasks_total{kind=\"%s\"} %" PRIu64 "\n", loop_task_names[i],
+        mbuf_printf(b, "echod_loop_tasks_total{kind=\"%s\"} %" PRIu64 "\n", echod_loop_task_names[i],
                     load(&echod_metrics.loop_tasks[i]));
 
     family(b, "echod_flushes_total", "counter", "Write-queue flushes (one writev each), by trigger.");
     for (size_t i = 0; i < ECHOD_FLUSH_TRIGGER__COUNT; ++i)
-        mbuf_printf(b, "echod_flushes_total{trigger=\"%s\"} %" PRIu64 "\n", flush_trigger_names[i],
+        mbuf_printf(b, "echod_flushes_total{trigger=\"%s\"} %" PRIu64 "\n", echod_flush_trigger_names[i],
                     load(&echod_metrics.flushes[i]));
 
     family(b, "echod_flush_frames", "histogram", "HTTP/2 frames written per flush.");
@@ -586,15 +586,12 @@ Exit:
 
 static void render_encodings(mbuf_t *b)
 {
-    static const char *const dirs[ECHOD_DIRECTION__COUNT] = {"received", "sent"};
-    static const char *const failures[] = {"ok", "too_large", "corrupt", "truncated", "no_memory"};
-    _Static_assert(sizeof(failures) / sizeof(failures[0]) == ECHOD_INFLATE_NO_MEMORY + 1, "one name per status");
     family(b, "echod_grpc_encoding_messages_total", "counter",
            "gRPC messages by direction and grpc-encoding on the wire (an uncompressed message is identity).");
     for (int d = 0; d < ECHOD_DIRECTION__COUNT; d++)
         for (int e = 0; e < ECHOD_ENCODING__COUNT; e++)
             mbuf_printf(b, "echod_grpc_encoding_messages_total{direction=\"%s\",encoding=\"%s\"} %" PRIu64 "\n",
-                        dirs[d], echod_encoding_name((echod_encoding_t)e),
+                        echod_direction_names[d], echod_encoding_names[e],
                         load(&echod_metrics.encodings[d][e].messages));
     family(b, "echod_grpc_encoding_bytes_total", "counter",
            "gRPC message payload bytes by direction and encoding, on the wire (compressed) and decompressed.");
@@ -604,11 +601,11 @@ static void render_encodings(mbuf_t *b)
             uint64_t wire = load(&m->wire_bytes);
             mbuf_printf(b,
                         "echod_grpc_encoding_bytes_total{direction=\"%s\",encoding=\"%s\",form=\"wire\"} %" PRIu64 "\n",
-                        dirs[d], echod_encoding_name((echod_encoding_t)e), wire);
+                        echod_direction_names[d], echod_encoding_names[e], wire);
             mbuf_printf(
                 b,
                 "echod_grpc_encoding_bytes_total{direction=\"%s\",encoding=\"%s\",form=\"decompressed\"} %" PRIu64 "\n",
-                dirs[d], echod_encoding_name((echod_encoding_t)e),
+                echod_direction_names[d], echod_encoding_names[e],
                 e == ECHOD_ENCODING_IDENTITY ? wire : load(&m->payload_bytes));
         }
     }
@@ -616,7 +613,7 @@ static void render_encodings(mbuf_t *b)
         b, "echod_grpc_inflate_failures_total", "counter",
         "Compressed request messages that failed to inflate, by reason (too_large: over max_receive_message_bytes).");
     for (int i = ECHOD_INFLATE_TOO_LARGE; i <= ECHOD_INFLATE_NO_MEMORY; i++)
-        mbuf_printf(b, "echod_grpc_inflate_failures_total{reason=\"%s\"} %" PRIu64 "\n", failures[i],
+        mbuf_printf(b, "echod_grpc_inflate_failures_total{reason=\"%s\"} %" PRIu64 "\n", echod_inflate_status_names[i],
                     load(&echod_metrics.inflate_failures[i]));
 }
 
@@ -639,12 +636,10 @@ static void render_calls(mbuf_t *b)
     mbuf_printf(b, "echod_connections_total %" PRIu64 "\n", load(&echod_metrics.connections_total));
     family(b, "echod_goaways_sent_total", "counter", "GOAWAY frames sent.");
     mbuf_printf(b, "echod_goaways_sent_total %" PRIu64 "\n", load(&echod_metrics.goaways_sent));
-    static const char *const close_reasons[ECHOD_CLOSE__COUNT] = {
-        "handshake_timeout", "idle", "max_age", "limit", "reset_flood", "flood", "protocol_error"};
     family(b, "echod_connections_closed_total", "counter",
            "Connections the server ended itself, by reason (max_age and idle close gracefully).");
     for (int i = 0; i < ECHOD_CLOSE__COUNT; i++)
-        mbuf_printf(b, "echod_connections_closed_total{reason=\"%s\"} %" PRIu64 "\n", close_reasons[i],
+        mbuf_printf(b, "echod_connections_closed_total{reason=\"%s\"} %" PRIu64 "\n", echod_close_reason_names[i],
                     load(&echod_metrics.connections_closed[i]));
     family(b, "echod_header_lists_too_large_total", "counter",
            "Request header blocks over transport.max_header_list_bytes (the stream is reset).");
@@ -653,13 +648,11 @@ static void render_calls(mbuf_t *b)
     family(b, "echod_streams_refused_total", "counter",
            "Streams refused with RST_STREAM(REFUSED_STREAM): above transport.max_concurrent_streams.");
     mbuf_printf(b, "echod_streams_refused_total %" PRIu64 "\n", load(&echod_metrics.streams_refused));
-    static const char *const closed_answers[ECHOD_CLOSED_FRAME__COUNT] = {"discarded", "stream_closed",
-                                                                          "protocol_error"};
     family(b, "echod_closed_stream_frames_total", "counter",
            "DATA and HEADERS frames on closed client streams, by the answer (docs/http2-conformance.md): "
            "discarded (the server had reset the stream), or the connection error sent.");
     for (int i = 0; i < ECHOD_CLOSED_FRAME__COUNT; i++)
-        mbuf_printf(b, "echod_closed_stream_frames_total{answer=\"%s\"} %" PRIu64 "\n", closed_answers[i],
+        mbuf_printf(b, "echod_closed_stream_frames_total{answer=\"%s\"} %" PRIu64 "\n", echod_closed_frame_names[i],
                     load(&echod_metrics.closed_stream_frames[i]));
     family(b, "echod_drain_streams_total", "counter",
            "Streams open when shutdown began, and how they ended (finished on their own, or cut at drain_timeout).");
@@ -738,21 +731,22 @@ static void render_work(mbuf_t *b)
     for (size_t k = 0; k < ECHOD_CHARGE__COUNT; k++) {
         for (size_t t = 0; t < ECHOD_CHARGE_THREAD__COUNT; t++) {
             format_double(num, sizeof(num), (double)load(&echod_metrics.work_model_cpu_ns[k][t]) / 1e9);
-            mbuf_printf(b, "echod_work_model_cpu_seconds_total{kind=\"%s\",thread=\"%s\"} %s\n", charge_names[k],
-                        charge_thread_names[t], num);
+            mbuf_printf(b, "echod_work_model_cpu_seconds_total{kind=\"%s\",thread=\"%s\"} %s\n", echod_charge_names[k],
+                        echod_charge_thread_names[t], num);
         }
     }
     family(b, "echod_work_model_charges_total", "counter",
            "Charges of the cost model: calls, steps run, hand-offs received, messages in and out.");
     for (size_t k = 0; k < ECHOD_CHARGE__COUNT; k++)
         for (size_t t = 0; t < ECHOD_CHARGE_THREAD__COUNT; t++)
-            mbuf_printf(b, "echod_work_model_charges_total{kind=\"%s\",thread=\"%s\"} %" PRIu64 "\n", charge_names[k],
-                        charge_thread_names[t], load(&echod_metrics.work_model_charges[k][t]));
+            mbuf_printf(b, "echod_work_model_charges_total{kind=\"%s\",thread=\"%s\"} %" PRIu64 "\n",
+                        echod_charge_names[k], echod_charge_thread_names[t],
+                        load(&echod_metrics.work_model_charges[k][t]));
     family(b, "echod_work_drawn_seconds", "histogram",
            "Synthetic CPU and sleep as drawn per handler run (a call, or a bidi message), by kind.");
     for (size_t k = 0; k < ECHOD_DRAWN__COUNT; k++) {
         char labels[32];
-        snprintf(labels, sizeof(labels), "kind=\"%s\"", drawn_names[k]);
+        snprintf(labels, sizeof(labels), "kind=\"%s\"", echod_drawn_names[k]);
         histogram_series(b, "echod_work_drawn_seconds", labels, &echod_metrics.work_drawn[k]);
     }
 }
@@ -907,16 +901,11 @@ void echod_metrics_stage_header(char *seen, size_t cap, const char *name, size_t
  */
 static void render_cgroup(mbuf_t *b)
 {
-    static const char *const versions[] = {
-        [ECHOD_CGROUP_NONE] = "none",
-        [ECHOD_CGROUP_V1] = "v1",
-        [ECHOD_CGROUP_V2] = "v2",
-    };
     echod_cgroup_cpu_t cg;
     char num[64];
     echod_cgroup_read_cpu("", &cg);
     family(b, "echod_cgroup_info", "gauge", "The cgroup version the cpu controller was read from (v1, v2, none).");
-    mbuf_printf(b, "echod_cgroup_info{cpu=\"%s\"} 1\n", versions[cg.version]);
+    mbuf_printf(b, "echod_cgroup_info{cpu=\"%s\"} 1\n", echod_cgroup_version_names[cg.version]);
     if (cg.quota_cpus > 0) {
         format_double(num, sizeof(num), cg.quota_cpus);
         family(b, "echod_cgroup_cpu_quota_cpus", "gauge",
@@ -982,10 +971,9 @@ static void render_saturation(mbuf_t *b)
     uint64_t marks = stage_marks;
     pthread_mutex_unlock(&stage_mutex);
     if (metrics_cfg != NULL && metrics_cfg->listen.rest != NULL && metrics_cfg->listen.rest[0] != '\0') {
-        static const char *const codes[5] = {"200", "400", "404", "405", "413"};
         family(b, "echod_rest_requests_total", "counter", "REST control arm responses, by HTTP status.");
-        for (int i = 0; i < 5; i++)
-            mbuf_printf(b, "echod_rest_requests_total{code=\"%s\"} %" PRIu64 "\n", codes[i],
+        for (int i = 0; i < ECHOD_REST_STATUS_MAX; i++)
+            mbuf_printf(b, "echod_rest_requests_total{code=\"%s\"} %" PRIu64 "\n", echod_rest_status_names[i],
                         load(&echod_metrics.rest.responses[i]));
         family(b, "echod_rest_connections_accepted_total", "counter", "REST control arm connections accepted.");
         mbuf_printf(b, "echod_rest_connections_accepted_total %" PRIu64 "\n",

@@ -22,6 +22,7 @@
 #include "config/config.h"
 #include "dispatch/step.h"
 #include "grpc/codec.h"
+#include "grpc/status.h"
 #include "transport/events.h"
 #include "work/charges.h"
 
@@ -34,7 +35,7 @@ typedef enum {
 
 #define ECHOD_METRICS_MAX_METHODS   16
 #define ECHOD_METRICS_MAX_EXECUTORS 16
-#define ECHOD_GRPC_CODES            17
+#define ECHOD_GRPC_CODES            ECHOD_STATUS__COUNT
 
 #define ECHOD_HISTOGRAM_MAX_BOUNDS 17
 
@@ -79,9 +80,9 @@ typedef struct {
     echod_histogram_t queue_wait; /* microseconds */
 } echod_exec_metrics_t;
 
-/* The REST control arm (listen.rest), indexed like echod_rest_status_t: 200 400 404 405 413. */
+/* The REST control arm (listen.rest). */
 typedef struct {
-    _Atomic uint64_t responses[5];
+    _Atomic uint64_t responses[ECHOD_REST_STATUS_MAX]; /* by echod_rest_status_t */
     _Atomic uint64_t connections_accepted;
     _Atomic uint64_t connections_open; /* a gauge kept as accepted - closed (wraps like the instance's) */
     _Atomic uint64_t body_bytes_in;
@@ -89,6 +90,7 @@ typedef struct {
 } echod_rest_metrics_t;
 
 typedef enum { ECHOD_DIRECTION_RECEIVED = 0, ECHOD_DIRECTION_SENT, ECHOD_DIRECTION__COUNT } echod_direction_t;
+extern const char *const echod_direction_names[]; /* "received", "sent" (metrics.c asserts one per value) */
 
 /* gRPC messages by direction and by their encoding on the wire (flag 0 counts as identity, even
  * on a call with a grpc-encoding: min_bytes sends small ones uncompressed). */
@@ -118,7 +120,7 @@ typedef struct {
     _Atomic uint64_t connections_closed[ECHOD_CLOSE__COUNT]; /* by the server's own guards */
     _Atomic uint64_t header_lists_too_large;
     echod_encoding_metrics_t encodings[ECHOD_DIRECTION__COUNT][ECHOD_ENCODING__COUNT];
-    _Atomic uint64_t inflate_failures[ECHOD_INFLATE_NO_MEMORY + 1]; /* by echod_inflate_status_t (OK unused) */
+    _Atomic uint64_t inflate_failures[ECHOD_INFLATE__COUNT]; /* by echod_inflate_status_t (OK unused) */
     _Atomic uint64_t streams_refused;        /* RST_STREAM(REFUSED_STREAM) sent: above max_concurrent_streams */
     _Atomic uint64_t drain_streams_open;     /* open when shutdown began */
     _Atomic uint64_t drain_streams_finished; /* of those, ended on their own */

@@ -1,6 +1,7 @@
 /*
- * Metrics rendering (exact lines, histogram shape, build_info labels) and the admin listener
- * (routes, status codes, draining, bind errors, stop with connections still open).
+ * Metrics rendering (exact lines, histogram shape, build_info labels), the label values (one per
+ * enum value) and the admin listener (routes, status codes, draining, bind errors, stop with
+ * connections still open).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,6 +21,7 @@
 #include "check.h"
 #include "dispatch/exec.h"
 #include "metrics/metrics.h"
+#include "util/cgroup.h"
 
 /* True when text holds line as a whole line. */
 static int has_line(const char *text, const char *line)
@@ -107,6 +109,40 @@ static void check_histogram(const char *text, const char *name, const char *labe
     CHECK(buckets >= 2);
     snprintf(needle, sizeof(needle), "%s_count%s%s%s", name, labels[0] ? "{" : "", labels, labels[0] ? "}" : "");
     CHECK(inf >= 0 && sample(text, needle) == inf);
+}
+
+/* names[first..count) each named: a value added to an enum without a name fails here (the arrays
+ * are indexed by their enum, so a name left out in the middle is a NULL, not a shorter array). */
+static void check_names(const char *what, const char *const *names, size_t first, size_t count)
+{
+    CHECK(names != NULL && first < count);
+    for (size_t i = first; names != NULL && i < count; i++) {
+        int ok = names[i] != NULL && names[i][0] != '\0' && strpbrk(names[i], "\"\\\n") == NULL;
+        if (!ok)
+            fprintf(stderr, "%s: value %zu has no name\n", what, i);
+        CHECK(ok);
+    }
+}
+
+#define CHECK_NAMES(names, count) check_names(#names, names, 0, count)
+
+/* Every enum a label is made of has a name for each of its values. */
+static void test_label_names(void)
+{
+    CHECK_NAMES(echod_step_names, ECHOD_STEP__COUNT);
+    CHECK_NAMES(echod_loop_task_names, ECHOD_LOOP_TASK__COUNT);
+    CHECK_NAMES(echod_flush_trigger_names, ECHOD_FLUSH_TRIGGER__COUNT);
+    CHECK_NAMES(echod_close_reason_names, ECHOD_CLOSE__COUNT);
+    CHECK_NAMES(echod_closed_frame_names, ECHOD_CLOSED_FRAME__COUNT);
+    CHECK_NAMES(echod_rest_status_names, ECHOD_REST_STATUS_MAX);
+    CHECK_NAMES(echod_charge_names, ECHOD_CHARGE__COUNT);
+    CHECK_NAMES(echod_charge_thread_names, ECHOD_CHARGE_THREAD__COUNT);
+    CHECK_NAMES(echod_drawn_names, ECHOD_DRAWN__COUNT);
+    CHECK_NAMES(echod_encoding_names, ECHOD_ENCODING__COUNT);
+    CHECK_NAMES(echod_inflate_status_names, ECHOD_INFLATE__COUNT);
+    CHECK_NAMES(echod_status_names, ECHOD_STATUS__COUNT);
+    CHECK_NAMES(echod_cgroup_version_names, ECHOD_CGROUP__COUNT);
+    CHECK_NAMES(echod_direction_names, ECHOD_DIRECTION__COUNT);
 }
 
 static echod_config_t test_config;
@@ -573,6 +609,7 @@ int main(void)
     if (pool == NULL)
         fprintf(stderr, "exec create: %s\n", err);
 
+    test_label_names();
     test_render(pool);
     test_admin();
     test_shards(); /* last: it starts the metrics over */
