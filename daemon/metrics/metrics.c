@@ -6,7 +6,6 @@
  * therefore sees each number exactly, but not all numbers at one instant: that is the price of
  * never taking a lock on the hot path, and Prometheus is built to tolerate it.
  */
-#include <ctype.h>
 #include <dirent.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -16,8 +15,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
+#include "admin/admin.h"
+#include "admin/stage.h"
 #include "dispatch/exec.h"
 #include "grpc/status.h"
 #include "metrics/metrics.h"
@@ -824,23 +824,7 @@ static void render_process(mbuf_t *b)
 }
 
 /* -------------------------------------------------------------------------------------------- */
-/* saturation: loops, cgroup, stage */
-
-/* The current stage label: written rarely (a mark per ramp stage), read by scrapes. */
-static pthread_mutex_t stage_mutex = PTHREAD_MUTEX_INITIALIZER;
-static char stage_name[ECHOD_STAGE_NAME_MAX + 1] = "";
-static double stage_started;
-static uint64_t stage_marks;
-
-/* Set by the admin module as /readyz changes (rarely), read by scrapes. */
-static _Atomic int readiness_ready;
-static _Atomic int readiness_draining;
-
-void echod_metrics_set_readiness(int ready, int draining)
-{
-    atomic_store_explicit(&readiness_ready, ready, memory_order_relaxed);
-    atomic_store_explicit(&readiness_draining, draining, memory_order_relaxed);
-}
+/* saturation: readiness, loops, cgroup, stage */
 
 echod_loop_metrics_t *echod_metrics_add_loop(unsigned index)
 {
@@ -853,46 +837,6 @@ echod_loop_metrics_t *echod_metrics_add_loop(unsigned index)
     if (index + 1 > atomic_load(&echod_metrics.nloops))
         atomic_store(&echod_metrics.nloops, index + 1);
     return &echod_metrics.loops[index];
-}
-
-int echod_metrics_stage_name_ok(const char *name, size_t len)
-{
-    if (len == 0 || len > ECHOD_STAGE_NAME_MAX)
-        return 0;
-    for (size_t i = 0; i < len; i++)
-        if (!isalnum((unsigned char)name[i]) && strchr("._:-", name[i]) == NULL)
-            return 0;
-    return 1;
-}
-
-/* `always`: a mark even when the name is the current one (POST /admin/mark restarts a stage). */
-static void set_stage(const char *name, size_t len, int always)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    pthread_mutex_lock(&stage_mutex);
-    if (always || strlen(stage_name) != len || memcmp(stage_name, name, len) != 0) {
-        memcpy(stage_name, name, len);
-        stage_name[len] = '\0';
-        stage_started = (double)now.tv_sec + (double)now.tv_nsec / 1e9;
-        stage_marks++;
-    }
-    pthread_mutex_unlock(&stage_mutex);
-}
-
-void echod_metrics_mark_stage(const char *name)
-{
-    set_stage(name, strlen(name), 1);
-}
-
-void echod_metrics_stage_header(char *seen, size_t cap, const char *name, size_t len)
-{
-    if (len == 0 || len >= cap || (len == strlen(seen) && memcmp(seen, name, len) == 0))
-        return;
-    memcpy(seen, name, len);
-    seen[len] = '\0';
-    if (echod_metrics_stage_name_ok(seen, len))
-        set_stage(seen, len, 0);
 }
 
 /*
@@ -936,11 +880,13 @@ static void render_cgroup(mbuf_t *b)
 
 static void render_saturation(mbuf_t *b)
 {
+    int ready, draining;
+    echod_admin_readiness(&ready, &draining);
     family(b, "echod_ready", "gauge", "1 while /readyz answers 200: every thread runs, no SIGTERM yet.");
-    mbuf_printf(b, "echod_ready %d\n", atomic_load_explicit(&readiness_ready, memory_order_relaxed));
+    mbuf_printf(b, "echod_ready %d\n", ready);
     family(b, "echod_draining", "gauge",
            "1 from SIGTERM on: /readyz 503, health NOT_SERVING, then GOAWAY and the drain.");
-    mbuf_printf(b, "echod_draining %d\n", atomic_load_explicit(&readiness_draining, memory_order_relaxed));
+    mbuf_printf(b, "echod_draining %d\n", draining);
     size_t n = atomic_load(&echod_metrics.nloops);
     char num[64];
     family(b, "echod_loop_busy_ratio", "gauge", "I/O loop thread CPU time over wall time, last 100 ms sample.");
@@ -964,12 +910,8 @@ static void render_saturation(mbuf_t *b)
     }
     render_cgroup(b);
 
-    pthread_mutex_lock(&stage_mutex);
-    char name[128];
-    snprintf(name, sizeof(name), "%s", stage_name);
-    double started = stage_started;
-    uint64_t marks = stage_marks;
-    pthread_mutex_unlock(&stage_mutex);
+    echod_stage_t stage;
+    echod_stage_read(&stage);
     if (metrics_cfg != NULL && metrics_cfg->listen.rest != NULL && metrics_cfg->listen.rest[0] != '\0') {
         family(b, "echod_rest_requests_total", "counter", "REST control arm responses, by HTTP status.");
         for (int i = 0; i < ECHOD_REST_STATUS_MAX; i++)
@@ -989,14 +931,14 @@ static void render_saturation(mbuf_t *b)
     }
     family(b, "echod_stage_info", "gauge", "Always 1; names the stage set by POST /admin/mark?stage=NAME.");
     mbuf_puts(b, "echod_stage_info{");
-    mbuf_label(b, 1, "stage", name);
+    mbuf_label(b, 1, "stage", stage.name);
     mbuf_puts(b, "} 1\n");
-    format_double(num, sizeof(num), started);
+    format_double(num, sizeof(num), stage.started);
     family(b, "echod_stage_started_timestamp_seconds", "gauge", "When the current stage was marked (Unix time).");
     mbuf_printf(b, "echod_stage_started_timestamp_seconds %s\n", num);
     family(b, "echod_stage_marks_total", "counter",
            "Stage marks: POST /admin/mark calls and echod-stage header changes.");
-    mbuf_printf(b, "echod_stage_marks_total %" PRIu64 "\n", marks);
+    mbuf_printf(b, "echod_stage_marks_total %" PRIu64 "\n", stage.marks);
 }
 
 static void render_build_info(mbuf_t *b)

@@ -1,7 +1,7 @@
 /*
  * Process-wide counters, gauges and histograms, rendered as Prometheus text 0.0.4.
  *
- * Process-wide by design, with the stage label (docs/threads.md lists the rest). Updates (ECHOD_COUNT,
+ * Process-wide by design (docs/threads.md lists the rest). Updates (ECHOD_COUNT,
  * ECHOD_ADD, echod_histogram_observe) are safe from any thread and never take a lock; rendering
  * reads without stopping anyone, so a scrape is a consistent-enough snapshot.
  *
@@ -185,24 +185,6 @@ void echod_histogram_observe(echod_histogram_t *h, uint64_t value);
 
 /* Main thread, at start-up: a slot for loop `index`. */
 echod_loop_metrics_t *echod_metrics_add_loop(unsigned index);
-
-/* A stage name is 1-100 characters of [A-Za-z0-9._:-]: it goes into a Prometheus label as it is. */
-#define ECHOD_STAGE_NAME_MAX 100
-int echod_metrics_stage_name_ok(const char *name, size_t len);
-
-/* Names the current ramp stage (POST /admin/mark?stage=NAME, a valid name): echod_stage_info and
- * its start time; a mark even when the name is unchanged. Any thread. */
-void echod_metrics_mark_stage(const char *name);
-
-/* An echod-stage request header: the stage becomes `name` if that is a valid name and not the
- * current one (every call carries it; only a change is a mark). `seen` (cap bytes, at least
- * ECHOD_STAGE_NAME_MAX + 1) is the calling thread's copy of the last value it saw, which keeps the
- * lock off the path until the name changes. The thread that owns `seen`. */
-void echod_metrics_stage_header(char *seen, size_t cap, const char *name, size_t len);
-
-/* What /readyz answers, as echod_ready and echod_draining: ready 1 once every thread runs,
- * draining 1 (and ready 0) from SIGTERM on. The admin module sets it; any thread. */
-void echod_metrics_set_readiness(int ready, int draining);
 
 /*
  * Fits echod_exec_set_observer's on_start: ctx is the executor's echod_exec_metrics_t; the wait

@@ -10,6 +10,7 @@
 #include <h2o/multithread.h>
 #include <h2o/socket.h>
 #include <h2o/timeout.h>
+#include "admin/stage.h"
 #include "metrics/metrics.h"
 #include "util/pool.h"
 #include "transport/server.h"
