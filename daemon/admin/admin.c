@@ -25,7 +25,7 @@
 
 #include "admin/admin.h"
 #include "admin/stage.h"
-#include "metrics/metrics.h"
+#include "metrics/exposition.h"
 #include "util/h2o_compat.h"
 #include "util/http1.h"
 #include "util/listen.h"

@@ -1,9 +1,11 @@
 /*
- * Process-wide counters, gauges and histograms, rendered as Prometheus text 0.0.4.
+ * The counters, gauges and histograms every layer updates: the one instance echod_metrics, its
+ * per-thread shards and the update API. What a scrape shows of them, and the start-up
+ * registration of methods, executors and loops, is metrics/exposition.h's.
  *
- * Process-wide by design (docs/threads.md lists the rest). Updates (ECHOD_COUNT,
- * ECHOD_ADD, echod_histogram_observe) are safe from any thread and never take a lock; rendering
- * reads without stopping anyone, so a scrape is a consistent-enough snapshot.
+ * Process-wide by design (docs/threads.md lists the rest). Updates (ECHOD_COUNT, ECHOD_ADD,
+ * echod_histogram_observe) are safe from any thread and never take a lock; rendering reads
+ * without stopping anyone, so a scrape is a consistent-enough snapshot.
  *
  * Shards: a relaxed atomic add is still a lock-prefixed instruction, and a direct unary call made
  * about forty of them (5.6% of its CPU, measured). A thread's first update takes it a shard, a
@@ -12,6 +14,8 @@
  * pthread key destructor), its counts kept. Past ECHOD_METRICS_MAX_SHARDS threads, a thread
  * updates the shared instance `echod_metrics` with atomic adds, as do fields read back on the
  * hot path (echod_metrics.connections and calls_admitted, for limits).
+ *
+ * Includes only the enums that size the counters (leaf headers, each with its label values).
  */
 #ifndef ECHOD_METRICS_H
 #define ECHOD_METRICS_H
@@ -19,19 +23,11 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "config/config.h"
 #include "dispatch/step.h"
-#include "grpc/codec.h"
+#include "grpc/encoding.h"
 #include "grpc/status.h"
 #include "transport/events.h"
 #include "work/charges.h"
-
-typedef enum {
-    ECHOD_GRPC_UNARY = 0,
-    ECHOD_GRPC_CLIENT_STREAM,
-    ECHOD_GRPC_SERVER_STREAM,
-    ECHOD_GRPC_BIDI_STREAM
-} echod_grpc_type_t;
 
 #define ECHOD_METRICS_MAX_METHODS   16
 #define ECHOD_METRICS_MAX_EXECUTORS 16
@@ -50,10 +46,10 @@ typedef struct {
     _Atomic uint64_t sum;                                     /* in observed units */
 } echod_histogram_t;
 
-typedef struct {
-    const char *service; /* "grpc.examples.echo.Echo" */
-    const char *method;  /* "UnaryEcho" */
-    echod_grpc_type_t type;
+typedef struct echod_method_metrics {
+    const char *service;   /* "grpc.examples.echo.Echo" */
+    const char *method;    /* "UnaryEcho" */
+    const char *grpc_type; /* "unary": echod_grpc_type_names (dispatch/method.h) */
     _Atomic uint64_t started;
     _Atomic uint64_t handled[ECHOD_GRPC_CODES];
     _Atomic uint64_t msg_received;
@@ -67,13 +63,13 @@ struct echod_exec;
 #define ECHOD_METRICS_MAX_LOOPS 64
 
 /* One I/O loop's saturation, sampled by the loop itself every 100 ms. */
-typedef struct {
+typedef struct echod_loop_metrics {
     _Atomic uint64_t busy_ppm; /* loop thread CPU / wall time over the last sample, in millionths */
     _Atomic uint64_t lag_us;   /* how late the last sample's timer fired */
     _Atomic uint64_t cpu_ns;   /* loop thread CPU time, total */
 } echod_loop_metrics_t;
 
-typedef struct {
+typedef struct echod_exec_metrics {
     const char *name;              /* executor label: "default" or the per-method executor's name */
     const struct echod_exec *exec; /* for gauges; read through echod_exec_* getters */
     _Atomic uint64_t dispatches;
@@ -159,41 +155,14 @@ size_t echod_metrics_shard_count(void);
  * atomic add on the shared instance. */
 void echod_metrics_add_slow(_Atomic uint64_t *field, uint64_t n);
 
-/*
- * Main thread, before any other thread starts: zeroes every metric, sets up the histograms and
- * remembers cfg (not copied; it must outlive every render) for echod_build_info.
- */
-void echod_metrics_init(const echod_config_t *cfg);
-
-/* Main thread, at start-up: the version label of echod_build_info (not copied; "unknown" until set). */
-void echod_metrics_set_version(const char *version);
-
-/*
- * Main thread, at start-up: registers a method; returns its index for echod_metrics.methods.
- * The strings are not copied. More than ECHOD_METRICS_MAX_METHODS is a programming error (aborts).
- */
-size_t echod_metrics_add_method(const char *service, const char *method, echod_grpc_type_t type);
-
-/*
- * Main thread, at start-up: registers an executor; returns its echod_exec_metrics_t. The name is
- * not copied; exec may be NULL (no gauges). More than ECHOD_METRICS_MAX_EXECUTORS aborts.
- */
-echod_exec_metrics_t *echod_metrics_add_exec(const char *name, const struct echod_exec *exec);
-
 /* Any thread; h is a histogram of echod_metrics. One that was not set up (no bounds) ignores values. */
 void echod_histogram_observe(echod_histogram_t *h, uint64_t value);
-
-/* Main thread, at start-up: a slot for loop `index`. */
-echod_loop_metrics_t *echod_metrics_add_loop(unsigned index);
 
 /*
  * Fits echod_exec_set_observer's on_start: ctx is the executor's echod_exec_metrics_t; the wait
  * arrives in nanoseconds and is observed into queue_wait in microseconds. Any thread.
  */
 void echod_metrics_observe_queue_wait(void *ctx, uint64_t wait_ns);
-
-/* Renders the whole exposition into a malloc'd buffer; *len gets its length. Any thread. */
-char *echod_metrics_render(size_t *len);
 
 /* `field` is a member of echod_metrics; its twin in the thread's shard is at the same offset. */
 static inline void *echod_metrics_twin(const void *field)

@@ -5,6 +5,7 @@
 #include "admin/stage.h"
 #include "grpc/status.h"
 #include "grpc/timeout.h"
+#include "metrics/metrics.h"
 #include "transport/conn.h"
 #include "transport/loop.h"
 #include "transport/stream.h"
