@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include "admin/admin.h"
 #include "config/config.h"
-#include "metrics/metrics.h"
+#include "metrics/exposition.h"
 #include "services/health.h"
 #include "transport/loop.h"
 #include "transport/server.h"

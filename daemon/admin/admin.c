@@ -24,7 +24,8 @@
 #include <unistd.h>
 
 #include "admin/admin.h"
-#include "metrics/metrics.h"
+#include "admin/stage.h"
+#include "metrics/exposition.h"
 #include "util/h2o_compat.h"
 #include "util/http1.h"
 #include "util/listen.h"
@@ -105,11 +106,11 @@ static int on_mark(h2o_req_t *req)
             q = stop + 1;
         }
     }
-    if (!echod_metrics_stage_name_ok(name, strlen(name))) {
+    if (!echod_stage_name_ok(name, strlen(name))) {
         respond_text(req, 400, "Bad Request", "expected ?stage=NAME, 1-100 characters of [A-Za-z0-9._:-]\n");
         return 0;
     }
-    echod_metrics_mark_stage(name);
+    echod_stage_mark(name);
     respond_text(req, 200, "OK", "marked\n");
     return 0;
 }
@@ -288,17 +289,33 @@ int echod_admin_port(const echod_admin_t *admin)
     return admin->port;
 }
 
+/* What /readyz answers, process-wide for scrapes (echod_ready, echod_draining): copies of the
+ * last state set, which guard nothing. */
+static _Atomic int readiness_ready, readiness_draining;
+
+static void set_readiness(int ready, int draining)
+{
+    atomic_store_explicit(&readiness_ready, ready, memory_order_relaxed);
+    atomic_store_explicit(&readiness_draining, draining, memory_order_relaxed);
+}
+
+void echod_admin_readiness(int *ready, int *draining)
+{
+    *ready = atomic_load_explicit(&readiness_ready, memory_order_relaxed);
+    *draining = atomic_load_explicit(&readiness_draining, memory_order_relaxed);
+}
+
 void echod_admin_set_serving(echod_admin_t *admin)
 {
     int starting = ECHOD_ADMIN_STARTING;
     if (atomic_compare_exchange_strong(&admin->state, &starting, ECHOD_ADMIN_SERVING))
-        echod_metrics_set_readiness(1, 0);
+        set_readiness(1, 0);
 }
 
 void echod_admin_set_draining(echod_admin_t *admin)
 {
     atomic_store_explicit(&admin->state, ECHOD_ADMIN_DRAINING, memory_order_relaxed);
-    echod_metrics_set_readiness(0, 1);
+    set_readiness(0, 1);
 }
 
 void echod_admin_stop(echod_admin_t *admin)

@@ -4,6 +4,7 @@
  *   GET /metrics  Prometheus text 0.0.4 (echod_metrics_render)
  *   GET /healthz  200 "ok" while the process runs
  *   GET /readyz   200 while serving, 503 once shutdown has begun
+ *   POST /admin/mark?stage=NAME  names the ramp stage (admin/stage.h)
  */
 #ifndef ECHOD_ADMIN_H
 #define ECHOD_ADMIN_H
@@ -25,6 +26,11 @@ int echod_admin_port(const echod_admin_t *admin);
  */
 void echod_admin_set_serving(echod_admin_t *admin);
 void echod_admin_set_draining(echod_admin_t *admin);
+
+/* What /readyz answers, as /metrics shows it (echod_ready, echod_draining): ready 1 once set
+ * serving, draining 1 (and ready 0) once set draining; both 0 before. Process-wide (the last
+ * admin's), for scrapes only. Any thread. */
+void echod_admin_readiness(int *ready, int *draining);
 
 /*
  * Stops the loop, closes the listener and every open admin connection, joins the thread and

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 #include "dispatch/call.h"
+#include "metrics/metrics.h"
 #include "util/clock.h"
 #include "util/err.h"
 

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dispatch/dispatcher.h"
+#include "metrics/exposition.h"
 
 /*
  * Stock grpc-java (ServerImpl.streamCreatedInternal): the reentrancy-safe inline runner for

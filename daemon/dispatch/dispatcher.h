@@ -11,13 +11,14 @@
 #include "config/config.h"
 #include "dispatch/exec.h"
 #include "dispatch/serializer.h"
-#include "metrics/metrics.h"
 #include "dispatch/method.h"
+
+struct echod_exec_metrics;
 
 typedef struct {
     const echod_method_t *method;
     echod_exec_t *exec;
-    echod_exec_metrics_t *metrics;
+    struct echod_exec_metrics *metrics;
     char label[96]; /* the executor label in /metrics: "fixed:BidirectionalStreamingEcho" */
 } echod_method_exec_t;
 
@@ -25,7 +26,7 @@ typedef struct echod_dispatcher {
     const echod_config_t *cfg;
     const echod_registry_t *registry; /* the methods calls are looked up in */
     echod_exec_t *exec;               /* executor.mode */
-    echod_exec_metrics_t *exec_metrics;
+    struct echod_exec_metrics *exec_metrics;
     echod_method_exec_t *per_method;
     size_t per_method_count;
     echod_ser_mode_t mode; /* the wrapper every call starts with */

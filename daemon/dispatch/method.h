@@ -10,9 +10,19 @@
 
 #include <stddef.h>
 #include "grpc/deframe.h"
-#include "metrics/metrics.h"
 
 struct echod_call;
+
+/* The kind of RPC a method is (its grpc_type label in /metrics). */
+typedef enum {
+    ECHOD_GRPC_UNARY = 0,
+    ECHOD_GRPC_CLIENT_STREAM,
+    ECHOD_GRPC_SERVER_STREAM,
+    ECHOD_GRPC_BIDI_STREAM,
+    ECHOD_GRPC_TYPE__COUNT
+} echod_grpc_type_t;
+/* "unary", "client_stream", ...: label values indexed by the type (method.c asserts one per type). */
+extern const char *const echod_grpc_type_names[];
 
 typedef struct echod_method {
     const char *path;    /* "/grpc.examples.echo.Echo/UnaryEcho" */

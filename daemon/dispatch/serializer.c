@@ -2,6 +2,7 @@
 #include <sched.h>
 #include <stddef.h>
 #include "dispatch/serializer.h"
+#include "metrics/metrics.h"
 
 enum { STOPPED = 0, RUNNING = 1 };
 

@@ -25,7 +25,8 @@
 
 #include <stdatomic.h>
 #include "dispatch/exec.h"
-#include "metrics/metrics.h"
+
+struct echod_exec_metrics;
 
 typedef enum { ECHOD_SER_SERIALIZING = 0, ECHOD_SER_INLINE, ECHOD_SER_PASSTHROUGH } echod_ser_mode_t;
 
@@ -47,7 +48,7 @@ struct echod_serializer {
     void (*on_handoff)(echod_serializer_t *s);
     /* Where the next drain goes; changed only by a step running on this serializer. */
     echod_exec_t *exec;
-    echod_exec_metrics_t *exec_metrics;
+    struct echod_exec_metrics *exec_metrics;
     echod_ser_mode_t mode;
     /* serializing executor */
     _Atomic int running;
@@ -63,7 +64,7 @@ struct echod_serializer {
 };
 
 /* Any thread, before the first submit. */
-void echod_serializer_init(echod_serializer_t *s, echod_exec_t *exec, echod_exec_metrics_t *exec_metrics,
+void echod_serializer_init(echod_serializer_t *s, echod_exec_t *exec, struct echod_exec_metrics *exec_metrics,
                            echod_ser_mode_t mode);
 
 /* Runs step->run(step) after every step submitted before it. Any thread (inline: loop only). */
@@ -74,6 +75,6 @@ void echod_serializer_submit(echod_serializer_t *s, echod_step_t *step);
  * step running on this serializer, and only for the serializing executor: the drain stops
  * after the current step and the rest of the queue is dispatched to the new executor.
  */
-void echod_serializer_switch(echod_serializer_t *s, echod_exec_t *exec, echod_exec_metrics_t *exec_metrics);
+void echod_serializer_switch(echod_serializer_t *s, echod_exec_t *exec, struct echod_exec_metrics *exec_metrics);
 
 #endif

@@ -14,7 +14,7 @@ typedef enum {
     ECHOD_STEP__COUNT
 } echod_step_kind_t;
 
-/* Label values, indexed by echod_step_kind_t. */
-extern const char *const echod_step_names[ECHOD_STEP__COUNT];
+/* Label values, indexed by echod_step_kind_t (ECHOD_STEP__COUNT of them: step.c asserts it). */
+extern const char *const echod_step_names[];
 
 #endif

@@ -23,17 +23,33 @@ struct echod_codec {
     size_t scratch_cap;
 };
 
-static const char *const encoding_names[ECHOD_ENCODING__COUNT] = {"identity", "gzip", "deflate"};
+const char *const echod_encoding_names[] = {
+    [ECHOD_ENCODING_IDENTITY] = "identity",
+    [ECHOD_ENCODING_GZIP] = "gzip",
+    [ECHOD_ENCODING_DEFLATE] = "deflate",
+};
+_Static_assert(sizeof(echod_encoding_names) / sizeof(echod_encoding_names[0]) == ECHOD_ENCODING__COUNT,
+               "a name per encoding");
+
+const char *const echod_inflate_status_names[] = {
+    [ECHOD_INFLATE_OK] = "ok",
+    [ECHOD_INFLATE_TOO_LARGE] = "too_large",
+    [ECHOD_INFLATE_CORRUPT] = "corrupt",
+    [ECHOD_INFLATE_TRUNCATED] = "truncated",
+    [ECHOD_INFLATE_NO_MEMORY] = "no_memory",
+};
+_Static_assert(sizeof(echod_inflate_status_names) / sizeof(echod_inflate_status_names[0]) == ECHOD_INFLATE__COUNT,
+               "a name per inflate status");
 
 const char *echod_encoding_name(echod_encoding_t enc)
 {
-    return (unsigned)enc < ECHOD_ENCODING__COUNT ? encoding_names[enc] : "unknown";
+    return (unsigned)enc < ECHOD_ENCODING__COUNT ? echod_encoding_names[enc] : "unknown";
 }
 
 int echod_encoding_parse(const char *value, size_t len, echod_encoding_t *out)
 {
     for (unsigned e = 0; e < ECHOD_ENCODING__COUNT; e++) {
-        if (strlen(encoding_names[e]) == len && memcmp(value, encoding_names[e], len) == 0) {
+        if (strlen(echod_encoding_names[e]) == len && memcmp(value, echod_encoding_names[e], len) == 0) {
             *out = (echod_encoding_t)e;
             return 0;
         }
@@ -83,6 +99,8 @@ const char *echod_inflate_status_str(echod_inflate_status_t st)
         return "truncated compressed message";
     case ECHOD_INFLATE_NO_MEMORY:
         return "out of memory while decompressing";
+    case ECHOD_INFLATE__COUNT:
+        break;
     }
     return "unknown";
 }

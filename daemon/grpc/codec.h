@@ -17,13 +17,7 @@
 #include <stdint.h>
 #include "config/config.h"
 #include "grpc/deframe.h"
-
-typedef enum {
-    ECHOD_ENCODING_IDENTITY = 0,
-    ECHOD_ENCODING_GZIP,
-    ECHOD_ENCODING_DEFLATE,
-    ECHOD_ENCODING__COUNT
-} echod_encoding_t;
+#include "grpc/encoding.h"
 
 /* What every response advertises in grpc-accept-encoding. */
 #define ECHOD_ACCEPT_ENCODING "identity,deflate,gzip"
@@ -43,14 +37,6 @@ unsigned echod_encoding_accept_parse(const char *value, size_t len);
  * fixed one, used only when the client's grpc-accept-encoding set lists it (as grpc-java's and
  * grpc-go's servers decide), else identity. */
 echod_encoding_t echod_encoding_respond(echod_compression_respond_t respond, echod_encoding_t request, unsigned accept);
-
-typedef enum {
-    ECHOD_INFLATE_OK = 0,
-    ECHOD_INFLATE_TOO_LARGE, /* decompressed size above the cap: RESOURCE_EXHAUSTED */
-    ECHOD_INFLATE_CORRUPT,   /* not a valid stream of the encoding (or bytes after its end): INTERNAL */
-    ECHOD_INFLATE_TRUNCATED, /* the message ended before the compressed stream did: INTERNAL */
-    ECHOD_INFLATE_NO_MEMORY, /* RESOURCE_EXHAUSTED */
-} echod_inflate_status_t;
 
 /* A short description of a status, for grpc-message. */
 const char *echod_inflate_status_str(echod_inflate_status_t st);

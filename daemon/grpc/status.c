@@ -2,7 +2,7 @@
 #include "grpc/status.h"
 
 /* Indexed by code, so a renumbered enum cannot silently shift the names. */
-static const char *const status_names[] = {
+const char *const echod_status_names[] = {
     [ECHOD_OK] = "OK",
     [ECHOD_CANCELLED] = "CANCELLED",
     [ECHOD_UNKNOWN] = "UNKNOWN",
@@ -21,12 +21,13 @@ static const char *const status_names[] = {
     [ECHOD_DATA_LOSS] = "DATA_LOSS",
     [ECHOD_UNAUTHENTICATED] = "UNAUTHENTICATED",
 };
+_Static_assert(sizeof(echod_status_names) / sizeof(echod_status_names[0]) == ECHOD_STATUS__COUNT, "a name per code");
 
 const char *echod_status_name(int code)
 {
-    if (code < 0 || (size_t)code >= sizeof(status_names) / sizeof(status_names[0]))
+    if (code < 0 || code >= ECHOD_STATUS__COUNT)
         return "UNKNOWN";
-    return status_names[code];
+    return echod_status_names[code];
 }
 
 static int status_must_escape(uint8_t c)

@@ -22,9 +22,13 @@ typedef enum {
     ECHOD_UNAVAILABLE = 14,
     ECHOD_DATA_LOSS = 15,
     ECHOD_UNAUTHENTICATED = 16,
+    ECHOD_STATUS__COUNT
 } echod_status_code_t;
 
-/* "OK", "CANCELLED", ... ; "UNKNOWN" for out-of-range codes. */
+/* "OK", "CANCELLED", ...: label values indexed by code (status.c asserts one per code). */
+extern const char *const echod_status_names[];
+
+/* echod_status_names[code]; "UNKNOWN" for out-of-range codes. */
 const char *echod_status_name(int code);
 
 /*

@@ -1,9 +1,11 @@
 /*
- * Process-wide counters, gauges and histograms, rendered as Prometheus text 0.0.4.
+ * The counters, gauges and histograms every layer updates: the one instance echod_metrics, its
+ * per-thread shards and the update API. What a scrape shows of them, and the start-up
+ * registration of methods, executors and loops, is metrics/exposition.h's.
  *
- * Process-wide by design, with the stage label (docs/threads.md lists the rest). Updates (ECHOD_COUNT,
- * ECHOD_ADD, echod_histogram_observe) are safe from any thread and never take a lock; rendering
- * reads without stopping anyone, so a scrape is a consistent-enough snapshot.
+ * Process-wide by design (docs/threads.md lists the rest). Updates (ECHOD_COUNT, ECHOD_ADD,
+ * echod_histogram_observe) are safe from any thread and never take a lock; rendering reads
+ * without stopping anyone, so a scrape is a consistent-enough snapshot.
  *
  * Shards: a relaxed atomic add is still a lock-prefixed instruction, and a direct unary call made
  * about forty of them (5.6% of its CPU, measured). A thread's first update takes it a shard, a
@@ -12,6 +14,8 @@
  * pthread key destructor), its counts kept. Past ECHOD_METRICS_MAX_SHARDS threads, a thread
  * updates the shared instance `echod_metrics` with atomic adds, as do fields read back on the
  * hot path (echod_metrics.connections and calls_admitted, for limits).
+ *
+ * Includes only the enums that size the counters (leaf headers, each with its label values).
  */
 #ifndef ECHOD_METRICS_H
 #define ECHOD_METRICS_H
@@ -19,22 +23,15 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "config/config.h"
 #include "dispatch/step.h"
-#include "grpc/codec.h"
+#include "grpc/encoding.h"
+#include "grpc/status.h"
 #include "transport/events.h"
 #include "work/charges.h"
 
-typedef enum {
-    ECHOD_GRPC_UNARY = 0,
-    ECHOD_GRPC_CLIENT_STREAM,
-    ECHOD_GRPC_SERVER_STREAM,
-    ECHOD_GRPC_BIDI_STREAM
-} echod_grpc_type_t;
-
 #define ECHOD_METRICS_MAX_METHODS   16
 #define ECHOD_METRICS_MAX_EXECUTORS 16
-#define ECHOD_GRPC_CODES            17
+#define ECHOD_GRPC_CODES            ECHOD_STATUS__COUNT
 
 #define ECHOD_HISTOGRAM_MAX_BOUNDS 17
 
@@ -49,10 +46,10 @@ typedef struct {
     _Atomic uint64_t sum;                                     /* in observed units */
 } echod_histogram_t;
 
-typedef struct {
-    const char *service; /* "grpc.examples.echo.Echo" */
-    const char *method;  /* "UnaryEcho" */
-    echod_grpc_type_t type;
+typedef struct echod_method_metrics {
+    const char *service;   /* "grpc.examples.echo.Echo" */
+    const char *method;    /* "UnaryEcho" */
+    const char *grpc_type; /* "unary": echod_grpc_type_names (dispatch/method.h) */
     _Atomic uint64_t started;
     _Atomic uint64_t handled[ECHOD_GRPC_CODES];
     _Atomic uint64_t msg_received;
@@ -66,22 +63,22 @@ struct echod_exec;
 #define ECHOD_METRICS_MAX_LOOPS 64
 
 /* One I/O loop's saturation, sampled by the loop itself every 100 ms. */
-typedef struct {
+typedef struct echod_loop_metrics {
     _Atomic uint64_t busy_ppm; /* loop thread CPU / wall time over the last sample, in millionths */
     _Atomic uint64_t lag_us;   /* how late the last sample's timer fired */
     _Atomic uint64_t cpu_ns;   /* loop thread CPU time, total */
 } echod_loop_metrics_t;
 
-typedef struct {
+typedef struct echod_exec_metrics {
     const char *name;              /* executor label: "default" or the per-method executor's name */
     const struct echod_exec *exec; /* for gauges; read through echod_exec_* getters */
     _Atomic uint64_t dispatches;
     echod_histogram_t queue_wait; /* microseconds */
 } echod_exec_metrics_t;
 
-/* The REST control arm (listen.rest), indexed like echod_rest_status_t: 200 400 404 405 413. */
+/* The REST control arm (listen.rest). */
 typedef struct {
-    _Atomic uint64_t responses[5];
+    _Atomic uint64_t responses[ECHOD_REST_STATUS_MAX]; /* by echod_rest_status_t */
     _Atomic uint64_t connections_accepted;
     _Atomic uint64_t connections_open; /* a gauge kept as accepted - closed (wraps like the instance's) */
     _Atomic uint64_t body_bytes_in;
@@ -89,6 +86,7 @@ typedef struct {
 } echod_rest_metrics_t;
 
 typedef enum { ECHOD_DIRECTION_RECEIVED = 0, ECHOD_DIRECTION_SENT, ECHOD_DIRECTION__COUNT } echod_direction_t;
+extern const char *const echod_direction_names[]; /* "received", "sent" (metrics.c asserts one per value) */
 
 /* gRPC messages by direction and by their encoding on the wire (flag 0 counts as identity, even
  * on a call with a grpc-encoding: min_bytes sends small ones uncompressed). */
@@ -118,7 +116,7 @@ typedef struct {
     _Atomic uint64_t connections_closed[ECHOD_CLOSE__COUNT]; /* by the server's own guards */
     _Atomic uint64_t header_lists_too_large;
     echod_encoding_metrics_t encodings[ECHOD_DIRECTION__COUNT][ECHOD_ENCODING__COUNT];
-    _Atomic uint64_t inflate_failures[ECHOD_INFLATE_NO_MEMORY + 1]; /* by echod_inflate_status_t (OK unused) */
+    _Atomic uint64_t inflate_failures[ECHOD_INFLATE__COUNT]; /* by echod_inflate_status_t (OK unused) */
     _Atomic uint64_t streams_refused;        /* RST_STREAM(REFUSED_STREAM) sent: above max_concurrent_streams */
     _Atomic uint64_t drain_streams_open;     /* open when shutdown began */
     _Atomic uint64_t drain_streams_finished; /* of those, ended on their own */
@@ -157,59 +155,14 @@ size_t echod_metrics_shard_count(void);
  * atomic add on the shared instance. */
 void echod_metrics_add_slow(_Atomic uint64_t *field, uint64_t n);
 
-/*
- * Main thread, before any other thread starts: zeroes every metric, sets up the histograms and
- * remembers cfg (not copied; it must outlive every render) for echod_build_info.
- */
-void echod_metrics_init(const echod_config_t *cfg);
-
-/* Main thread, at start-up: the version label of echod_build_info (not copied; "unknown" until set). */
-void echod_metrics_set_version(const char *version);
-
-/*
- * Main thread, at start-up: registers a method; returns its index for echod_metrics.methods.
- * The strings are not copied. More than ECHOD_METRICS_MAX_METHODS is a programming error (aborts).
- */
-size_t echod_metrics_add_method(const char *service, const char *method, echod_grpc_type_t type);
-
-/*
- * Main thread, at start-up: registers an executor; returns its echod_exec_metrics_t. The name is
- * not copied; exec may be NULL (no gauges). More than ECHOD_METRICS_MAX_EXECUTORS aborts.
- */
-echod_exec_metrics_t *echod_metrics_add_exec(const char *name, const struct echod_exec *exec);
-
 /* Any thread; h is a histogram of echod_metrics. One that was not set up (no bounds) ignores values. */
 void echod_histogram_observe(echod_histogram_t *h, uint64_t value);
-
-/* Main thread, at start-up: a slot for loop `index`. */
-echod_loop_metrics_t *echod_metrics_add_loop(unsigned index);
-
-/* A stage name is 1-100 characters of [A-Za-z0-9._:-]: it goes into a Prometheus label as it is. */
-#define ECHOD_STAGE_NAME_MAX 100
-int echod_metrics_stage_name_ok(const char *name, size_t len);
-
-/* Names the current ramp stage (POST /admin/mark?stage=NAME, a valid name): echod_stage_info and
- * its start time; a mark even when the name is unchanged. Any thread. */
-void echod_metrics_mark_stage(const char *name);
-
-/* An echod-stage request header: the stage becomes `name` if that is a valid name and not the
- * current one (every call carries it; only a change is a mark). `seen` (cap bytes, at least
- * ECHOD_STAGE_NAME_MAX + 1) is the calling thread's copy of the last value it saw, which keeps the
- * lock off the path until the name changes. The thread that owns `seen`. */
-void echod_metrics_stage_header(char *seen, size_t cap, const char *name, size_t len);
-
-/* What /readyz answers, as echod_ready and echod_draining: ready 1 once every thread runs,
- * draining 1 (and ready 0) from SIGTERM on. The admin module sets it; any thread. */
-void echod_metrics_set_readiness(int ready, int draining);
 
 /*
  * Fits echod_exec_set_observer's on_start: ctx is the executor's echod_exec_metrics_t; the wait
  * arrives in nanoseconds and is observed into queue_wait in microseconds. Any thread.
  */
 void echod_metrics_observe_queue_wait(void *ctx, uint64_t wait_ns);
-
-/* Renders the whole exposition into a malloc'd buffer; *len gets its length. Any thread. */
-char *echod_metrics_render(size_t *len);
 
 /* `field` is a member of echod_metrics; its twin in the thread's shard is at the same offset. */
 static inline void *echod_metrics_twin(const void *field)

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "config/config.h"
+#include "metrics/exposition.h"
 #include "services/benchmark.h"
 #include "services/echo.h"
 #include "services/health.h"

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <nghttp2/nghttp2.h>
+#include "metrics/metrics.h"
 #include "transport/conn.h"
 #include "transport/frame_scan.h"
 #include "transport/stream.h"

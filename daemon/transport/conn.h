@@ -11,7 +11,7 @@
 #define ECHOD_CONN_H
 
 #include <h2o/socket.h>
-#include "metrics/metrics.h"
+#include "transport/events.h"
 #include "transport/loop.h"
 
 typedef struct echod_conn echod_conn_t;

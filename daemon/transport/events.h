@@ -1,7 +1,8 @@
 /*
  * What the transport counts, by kind: the enums live here, with their owner, and metrics sizes
  * its counters by them (echod_loop_tasks_total, echod_flushes_total,
- * echod_connections_closed_total, echod_closed_stream_frames_total).
+ * echod_connections_closed_total, echod_closed_stream_frames_total, echod_rest_requests_total).
+ * Each enum's label values are beside it, indexed by it (events.c asserts one per value).
  */
 #ifndef ECHOD_EVENTS_H
 #define ECHOD_EVENTS_H
@@ -13,6 +14,7 @@ typedef enum {
     ECHOD_LOOP_TASK_CLOSE,
     ECHOD_LOOP_TASK__COUNT
 } echod_loop_task_kind_t;
+extern const char *const echod_loop_task_names[];
 
 /* Why a connection flushed (transport/conn.c). */
 typedef enum {
@@ -22,6 +24,7 @@ typedef enum {
     ECHOD_FLUSH_TRIGGER_LOOP_TASK,
     ECHOD_FLUSH_TRIGGER__COUNT
 } echod_flush_trigger_t;
+extern const char *const echod_flush_trigger_names[];
 
 /* Why the server closed a connection (transport/conn.c). */
 typedef enum {
@@ -34,6 +37,7 @@ typedef enum {
     ECHOD_CLOSE_PROTOCOL_ERROR, /* bad preface, malformed frames, any other HTTP/2 connection error */
     ECHOD_CLOSE__COUNT
 } echod_close_reason_t;
+extern const char *const echod_close_reason_names[];
 
 /* How the server answered a DATA or HEADERS frame on a closed client stream (transport/stream_ids.h). */
 typedef enum {
@@ -42,5 +46,17 @@ typedef enum {
     ECHOD_CLOSED_FRAME_PROTOCOL_ERROR, /* HEADERS on a skipped id: a connection error PROTOCOL_ERROR */
     ECHOD_CLOSED_FRAME__COUNT
 } echod_closed_frame_t;
+extern const char *const echod_closed_frame_names[];
+
+/* Responses of the REST control arm (transport/rest.c), by HTTP status. */
+typedef enum {
+    ECHOD_REST_STATUS_200 = 0,
+    ECHOD_REST_STATUS_400,
+    ECHOD_REST_STATUS_404,
+    ECHOD_REST_STATUS_405,
+    ECHOD_REST_STATUS_413,
+    ECHOD_REST_STATUS_MAX
+} echod_rest_status_t;
+extern const char *const echod_rest_status_names[];
 
 #endif

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include "metrics/exposition.h"
 #include "transport/conn.h"
 #include "transport/loop.h"
 #include "transport/rest.h"

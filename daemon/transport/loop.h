@@ -10,7 +10,7 @@
 #include <h2o/multithread.h>
 #include <h2o/socket.h>
 #include <h2o/timeout.h>
-#include "metrics/metrics.h"
+#include "admin/stage.h"
 #include "util/pool.h"
 #include "transport/server.h"
 
@@ -40,7 +40,7 @@ typedef struct echod_loop {
     h2o_timeout_t sample;    /* 100 ms: loop busy ratio and lag */
     h2o_timeout_entry_t sample_entry;
     uint64_t sample_wall_ns, sample_cpu_ns;
-    echod_loop_metrics_t *metrics;
+    struct echod_loop_metrics *metrics;
     h2o_linklist_t conns;           /* echod_conn_t.link */
     struct echod_conn *batch_dirty; /* connections written to by the current task batch */
     int in_task_batch;

@@ -20,21 +20,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <h2o/socket.h>
+#include "transport/events.h" /* echod_rest_status_t: the statuses echod_rest_stats counts */
 
 /* The largest request body accepted; one byte more is answered 413 and the connection closed. */
 #define ECHOD_REST_MAX_BODY (4u * 1024 * 1024)
 
 typedef struct echod_rest echod_rest_t;
-
-/* Response statuses counted by echod_rest_stats. */
-typedef enum {
-    ECHOD_REST_STATUS_200 = 0,
-    ECHOD_REST_STATUS_400,
-    ECHOD_REST_STATUS_404,
-    ECHOD_REST_STATUS_405,
-    ECHOD_REST_STATUS_413,
-    ECHOD_REST_STATUS_MAX
-} echod_rest_status_t;
 
 typedef struct {
     /*

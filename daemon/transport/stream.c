@@ -2,8 +2,10 @@
 #include <string.h>
 #include <strings.h>
 #include <nghttp2/nghttp2.h>
+#include "admin/stage.h"
 #include "grpc/status.h"
 #include "grpc/timeout.h"
+#include "metrics/metrics.h"
 #include "transport/conn.h"
 #include "transport/loop.h"
 #include "transport/stream.h"
@@ -350,7 +352,7 @@ int echod_stream_on_header(nghttp2_session *session, const nghttp2_frame *frame,
         if (echod_grpc_timeout_parse((const char *)value, valuelen, &s->hdr.timeout_ns) != 0)
             s->hdr.timeout_bad = 1;
     } else if (header_is(name, namelen, "echod-stage")) {
-        echod_metrics_stage_header(s->loop->stage, sizeof(s->loop->stage), (const char *)value, valuelen);
+        echod_stage_header(s->loop->stage, sizeof(s->loop->stage), (const char *)value, valuelen);
     } else if (echod_work_parse_header((const char *)name, namelen, (const char *)value, valuelen, &s->hdr.work,
                                        &s->hdr.work_error)) {
         /* a work knob: also echoed with the rest of the metadata */

@@ -7,6 +7,14 @@
 #include <unistd.h>
 #include "util/cgroup.h"
 
+const char *const echod_cgroup_version_names[] = {
+    [ECHOD_CGROUP_NONE] = "none",
+    [ECHOD_CGROUP_V1] = "v1",
+    [ECHOD_CGROUP_V2] = "v2",
+};
+_Static_assert(sizeof(echod_cgroup_version_names) / sizeof(echod_cgroup_version_names[0]) == ECHOD_CGROUP__COUNT,
+               "a name per cgroup version");
+
 #define CGROUP_PATH_MAX 4096
 
 /* One hierarchy's directories: `mount` is where it is mounted, `own` our cgroup below it. */

@@ -21,7 +21,10 @@ typedef enum {
     ECHOD_CGROUP_NONE = 0, /* no cpu controller found */
     ECHOD_CGROUP_V1,
     ECHOD_CGROUP_V2,
+    ECHOD_CGROUP__COUNT
 } echod_cgroup_version_t;
+/* "none", "v1", "v2": label values indexed by the version (cgroup.c asserts one per version). */
+extern const char *const echod_cgroup_version_names[];
 
 typedef struct {
     /* The hierarchy the cpu controller (quota, cpu.stat) was read from. */

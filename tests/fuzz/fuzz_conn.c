@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "config/config.h"
-#include "metrics/metrics.h"
+#include "metrics/exposition.h"
 #include "transport/loop.h"
 #include "transport/server.h"
 #include "util/log.h"

@@ -11,7 +11,7 @@
 #include "config/config.h"
 #include "dispatch/call.h"
 #include "dispatch/dispatcher.h"
-#include "metrics/metrics.h"
+#include "metrics/exposition.h"
 
 typedef struct {
     echod_call_t call; /* first, as in echod_stream_t */

@@ -1,5 +1,6 @@
 /*
- * Metrics rendering (exact lines, histogram shape, build_info labels) and the admin listener
+ * Metrics rendering (exact lines, histogram shape, build_info labels), the label values (one per
+ * enum value), the family tables (names, every label value named) and the admin listener
  * (routes, status codes, draining, bind errors, stop with connections still open).
  */
 #include <arpa/inet.h>
@@ -19,7 +20,8 @@
 #include "admin/admin.h"
 #include "check.h"
 #include "dispatch/exec.h"
-#include "metrics/metrics.h"
+#include "metrics/exposition.h"
+#include "metrics/metrics_internal.h"
 
 /* True when text holds line as a whole line. */
 static int has_line(const char *text, const char *line)
@@ -107,6 +109,84 @@ static void check_histogram(const char *text, const char *name, const char *labe
     CHECK(buckets >= 2);
     snprintf(needle, sizeof(needle), "%s_count%s%s%s", name, labels[0] ? "{" : "", labels, labels[0] ? "}" : "");
     CHECK(inf >= 0 && sample(text, needle) == inf);
+}
+
+/* A metric or label name: [a-zA-Z_:][a-zA-Z0-9_:]* (labels: no ':'). */
+static int valid_name(const char *s, int colon)
+{
+    if (s == NULL || *s == '\0' || (*s >= '0' && *s <= '9'))
+        return 0;
+    for (; *s != '\0'; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+              (colon && *s == ':')))
+            return 0;
+    return 1;
+}
+
+/* names[first..count) each named: a value added to an enum without a name fails here (the arrays
+ * are indexed by their enum, so a name left out in the middle is a NULL, not a shorter array). */
+static void check_names(const char *what, const char *const *names, size_t first, size_t count)
+{
+    CHECK(names != NULL && first < count);
+    for (size_t i = first; names != NULL && i < count; i++) {
+        int ok = names[i] != NULL && names[i][0] != '\0' && strpbrk(names[i], "\"\\\n") == NULL;
+        if (!ok)
+            fprintf(stderr, "%s: value %zu has no name\n", what, i);
+        CHECK(ok);
+    }
+}
+
+#define CHECK_NAMES(names, count) check_names(#names, names, 0, count)
+
+/* Every enum a label is made of has a name for each of its values (the tables' and those the
+ * `series` functions and the registrations use). */
+static void test_label_names(void)
+{
+    CHECK_NAMES(echod_step_names, ECHOD_STEP__COUNT);
+    CHECK_NAMES(echod_loop_task_names, ECHOD_LOOP_TASK__COUNT);
+    CHECK_NAMES(echod_flush_trigger_names, ECHOD_FLUSH_TRIGGER__COUNT);
+    CHECK_NAMES(echod_close_reason_names, ECHOD_CLOSE__COUNT);
+    CHECK_NAMES(echod_closed_frame_names, ECHOD_CLOSED_FRAME__COUNT);
+    CHECK_NAMES(echod_rest_status_names, ECHOD_REST_STATUS_MAX);
+    CHECK_NAMES(echod_charge_names, ECHOD_CHARGE__COUNT);
+    CHECK_NAMES(echod_charge_thread_names, ECHOD_CHARGE_THREAD__COUNT);
+    CHECK_NAMES(echod_drawn_names, ECHOD_DRAWN__COUNT);
+    CHECK_NAMES(echod_encoding_names, ECHOD_ENCODING__COUNT);
+    CHECK_NAMES(echod_inflate_status_names, ECHOD_INFLATE__COUNT);
+    CHECK_NAMES(echod_status_names, ECHOD_STATUS__COUNT);
+    CHECK_NAMES(echod_cgroup_version_names, ECHOD_CGROUP__COUNT);
+    CHECK_NAMES(echod_direction_names, ECHOD_DIRECTION__COUNT);
+    CHECK_NAMES(echod_grpc_type_names, ECHOD_GRPC_TYPE__COUNT);
+}
+
+/* Every family of every table: a valid, unique name, a help text, and a name for every value of
+ * every label it has. */
+static void test_tables(void)
+{
+    const char *seen[256];
+    size_t nseen = 0, families = 0;
+    for (size_t t = 0; t < echod_metrics__ntables; t++) {
+        for (size_t i = 0; i < echod_metrics__tables[t]->count; i++) {
+            const echod_metrics__family_t *f = &echod_metrics__tables[t]->families[i];
+            families++;
+            CHECK(valid_name(f->name, 1));
+            CHECK(f->help != NULL && f->help[0] != '\0' && strchr(f->help, '\n') == NULL);
+            for (size_t k = 0; k < nseen; k++)
+                CHECK(strcmp(seen[k], f->name) != 0);
+            if (nseen < sizeof(seen) / sizeof(seen[0]))
+                seen[nseen++] = f->name;
+            for (int l = 0; l < 2; l++) {
+                const echod_metrics__label_t *label = &f->label[l];
+                if (label->name == NULL)
+                    continue;
+                CHECK(valid_name(label->name, 0));
+                check_names(f->name, label->values, label->first, label->count);
+            }
+            CHECK(f->label[1].name == NULL || f->label[0].name != NULL);
+            CHECK(f->series == NULL || f->label[0].name == NULL);
+        }
+    }
+    CHECK(families >= 60);
 }
 
 static echod_config_t test_config;
@@ -573,6 +653,8 @@ int main(void)
     if (pool == NULL)
         fprintf(stderr, "exec create: %s\n", err);
 
+    test_label_names();
+    test_tables();
     test_render(pool);
     test_admin();
     test_shards(); /* last: it starts the metrics over */

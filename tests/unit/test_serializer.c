@@ -13,7 +13,7 @@
 #include "check.h"
 #include "dispatch/exec.h"
 #include "dispatch/serializer.h"
-#include "metrics/metrics.h"
+#include "metrics/exposition.h"
 
 typedef struct {
     echod_serializer_t s;

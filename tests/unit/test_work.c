@@ -11,7 +11,7 @@
 #include <time.h>
 #include "check.h"
 #include "config/config.h"
-#include "metrics/metrics.h"
+#include "metrics/exposition.h"
 #include "work/burn.h"
 #include "work/draw.h"
 #include "work/model.h"
