@@ -25,10 +25,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from echod_harness import ROOT, SLOW, Daemon, free_port, main, port_open  # noqa: E402
-from echodlib import k6 as k6lib  # noqa: E402  (echod_harness put tools/ on sys.path)
-
-sys.path.insert(0, os.path.join(ROOT, "deploy"))
-import report_lib  # noqa: E402
+from echodlib import k6 as k6lib, k6result  # noqa: E402  (echod_harness put tools/ on sys.path)
 
 K6_DIR = os.path.join(ROOT, "deploy", "k6")
 CSV_HEADER = ("metric_name,timestamp,metric_value,check,error,error_code,expected_response,group,"
@@ -238,7 +235,7 @@ class ShippedScripts(unittest.TestCase):
         first = min(float(r["timestamp"]) for r in rows
                     if r["metric_name"] == "echo_sent" and r["tags"].get("stage") == "s01")
         self.assertGreaterEqual(first + 1, start)
-        reader = report_lib.CsvReader()
+        reader = k6result.CsvReader()
         reader.add(os.path.join(self.tmp, "out.csv"))
         self.assertEqual([st.stage for st in reader.results()["k6test"].steps], ["s01", "s02"])
 
@@ -259,11 +256,11 @@ class ShippedScripts(unittest.TestCase):
                 self.assertTrue(all(answered), answered)
                 self.assertLessEqual(sum(answered), count(s, "echo_ok"))
                 self.assertGreater(sum(answered), count(s, "echo_ok") / 2)
-                steps = report_lib.read_summary_doc(s, "summary").steps
+                steps = k6result.read_summary_doc(s, "summary").steps
                 self.assertEqual([st.goodput for st in steps], [a / 1.0 for a in answered])
                 # the same counts from k6's --out csv and --out json, as deploy/report reads them
                 for add, name in (("add", "out.csv"), ("add_json", "out.json")):
-                    reader = report_lib.CsvReader()
+                    reader = k6result.CsvReader()
                     getattr(reader, add)(os.path.join(self.tmp, name))
                     got = {st.stage: st.answered for st in reader.results()["k6test"].steps}
                     self.assertEqual(got, {"s01": answered[0], "s02": answered[1]}, name)

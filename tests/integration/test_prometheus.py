@@ -43,11 +43,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from echod_harness import ROOT, SANITIZER, SLOW, Daemon, main  # noqa: E402
-from echodlib import cgroup, k6 as k6lib, prom, promserver, stats  # noqa: E402
+from echodlib import cgroup, k6 as k6lib, k6prom, k6result, prom, promserver, stats  # noqa: E402
 import k6_runners  # noqa: E402
-
-sys.path.insert(0, os.path.join(ROOT, "deploy"))
-import report_lib  # noqa: E402
 
 MON = os.path.join(ROOT, "k8s", "monitoring")
 RULES = os.path.join(MON, "echod-rules.yaml")
@@ -191,7 +188,7 @@ class Live(unittest.TestCase):
     def test_report_from_prometheus_matches_the_csvs(self):
         files = self.runs["direct"].csv + self.runs["cached"].csv
         from_csv = self.report(files, "csv")
-        raw = report_lib.CsvReader()
+        raw = k6result.CsvReader()
         for f in files:
             raw.add(f)
         from_prom = self.report(["--prometheus", self.prom.url, "--start", "%.3f" % self.t0,
@@ -221,14 +218,14 @@ class Live(unittest.TestCase):
                                             k, ps[st][k], cs[st][k], sorted(vals)[-6:]))
             # k6's own dropped_iterations (no free VU; they carry no stage): the same events in
             # both outputs, k6 flushing its remote write once more as it stops. The steps'
-            # drops above are the schedule's iterations less the calls (report_lib.
-            # schedule_drops), so they agree whatever clock placed k6's samples
+            # drops above are the schedule's iterations less the calls (echodlib.
+            # report.schedule_drops), so they agree whatever clock placed k6's samples
             drops = sum(v for r in raw.runners if r.arm == arm for _, v in r.dropped_at)
             self.assertEqual(p["k6_dropped_iterations"], drops, arm)
             self.assertEqual(c["k6_dropped_iterations"], drops, arm)
             # CPU per call: the first and last scrapes in the range against two scrapes around
             # the run (the same calls; the CPU between the scrapes differs a little)
-            cpu = report_lib.cpu_per_call_samples(self.before[arm], self.after[arm])
+            cpu = k6result.cpu_per_call_samples(self.before[arm], self.after[arm])
             self.assertLess(abs(p["cpu_us_per_call"] / cpu - 1), 0.2, (p["cpu_us_per_call"], cpu))
 
     def rule(self, name):
@@ -370,7 +367,7 @@ class Study(unittest.TestCase):
                 self.assertTrue(steps)
                 for s in steps:
                     with self.subTest(offered=s["offered"]):
-                        got = report_lib.read_prometheus(pr.url, s["t_start"], s["t_end"])
+                        got = k6prom.read_prometheus(pr.url, s["t_start"], s["t_end"])
                         # the ramp is one k6 run: a step's range also holds the later steps
                         step = [x for x in got["direct"].steps if s["driver"].startswith("k6 (constant")
                                 or x.stage == s["stage"]]

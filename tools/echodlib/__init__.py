@@ -1,8 +1,9 @@
 """echodlib: the one Python library of echod's tooling.
 
 Shared by the integration tests (tests/integration/echod_harness.py re-exports it), bench/*,
-bench/study and deploy/report. Standard library and Debian's packages (/usr/bin/python3), one
-module per need:
+bench/study and deploy/report (thin commands over it); unit-tested where it computes without a
+daemon (tests/tools/test_echodlib.py). Standard library and Debian's packages
+(/usr/bin/python3), one module per need:
 
   paths    the repository root and the echod binary
   ports    free loopback ports
@@ -26,6 +27,13 @@ module per need:
   findings the capacity study's findings: published figures, verdict rules, tables
   bench/   the library half of each bench/ command (arms, compare, soak, model, callgrind, ab,
            drain_depth): what it measures and how it prints it
+  report   a capacity report's steps, knee, plateau, and its k6 runners merged
+  k6result reading k6's outputs (CSV, --out json, handleSummary), bench/study's steps,
+           bench/arms JSON and /metrics scrapes into a report
+  k6prom   reading the same runs from a Prometheus (k6's remote write, echod's scrapes)
+  report_out  a report written out: report.md, report.json, its plots (deploy/report)
+  plotting matplotlib set up for the reports' plots
+  study    bench/study's runner, regimes, cost, tables and plots (a package)
 
 Import it by putting <root>/tools on sys.path:
 

@@ -27,6 +27,8 @@ variant, so two cost models show side by side.
 
 import math
 
+from .fmt import num, ratio
+
 RATIO = "ratio"
 UNCHANGED = "unchanged"
 UNCHANGED_TOL = 0.03
@@ -124,10 +126,6 @@ def rule_text():
 
 # --------------------------------------------------------------------------- the five findings
 
-def _ratio(a, b):
-    return a / b if a is not None and b else None
-
-
 def compute(m, variant):
     """The five findings from a run's measured figures `m` (bench/study's measured_figures):
 
@@ -146,8 +144,8 @@ def compute(m, variant):
         [part("server CPU per call, direct / virtual, fixed rate at 10% of capacity (k6)",
               GRID["direct"]["cpu_m"] / GRID["virtual"]["cpu_m"],
               "145m against ~220m (JVM; native image 260m against ~390m)",
-              _ratio(cpu.get("direct"), cpu.get("virtual")), 0.02)],
-        {"own_cpu_ratio": _ratio(own.get("direct"), own.get("virtual")),
+              ratio(cpu.get("direct"), cpu.get("virtual")), 0.02)],
+        {"own_cpu_ratio": ratio(own.get("direct"), own.get("virtual")),
          "note": "own: server CPU per call less the synthetic work"}, variant))
     p99 = m.get("grid_p99", {})
     p50h = m.get("grid_p50_h2load", {})
@@ -156,8 +154,8 @@ def compute(m, variant):
         [part("p99, direct / virtual, fixed rate at 10% of capacity (k6)",
               mid(GRID["direct"]["p99"]) / mid(GRID["virtual"]["p99"]),
               "115-137 ms against 65-72 ms (midpoints; the study calls it 2x)",
-              _ratio(p99.get("direct"), p99.get("virtual")), 0.10)],
-        {"h2load_p50_ratio": _ratio(p50h.get("direct"), p50h.get("virtual")),
+              ratio(p99.get("direct"), p99.get("virtual")), 0.10)],
+        {"h2load_p50_ratio": ratio(p50h.get("direct"), p50h.get("virtual")),
          "note": "h2load: bursts of one call per connection at once, the convoy's trigger"},
         variant))
     plateau = m.get("plateau", {})
@@ -174,7 +172,7 @@ def compute(m, variant):
         "F3", "ahead-at-saturation", "directExecutor() is ahead at saturation: goodput and tails",
         [part("plateau goodput, direct / virtual", PLATEAU_KNEE["direct"][0] /
               PLATEAU_KNEE["virtual"][0], "~2,140 against ~2,060 calls/s",
-              _ratio(plateau.get("direct"), plateau.get("virtual")), 0.02),
+              ratio(plateau.get("direct"), plateau.get("virtual")), 0.02),
          part("p99, direct / virtual, geometric mean over the steps of %s x capacity" % (
              "/".join("%g" % x for x in high) or "0.8-1.2"), pub_tail,
               "the same steps of 1,600-2,400 calls/s: 222/239, 289/325, 382/662, 650/973, "
@@ -188,15 +186,15 @@ def compute(m, variant):
         "tail, goodput unchanged",
         [part("p99 at 1.2x of capacity, direct-drain / direct",
               RAMP_P99["direct-drain"][-1] / RAMP_P99["direct"][-1], "717 against 1,994 ms at "
-              "2,400 calls/s (-64%)", _ratio(rp.get("direct-drain", {}).get(top),
+              "2,400 calls/s (-64%)", ratio(rp.get("direct-drain", {}).get(top),
                                              rp.get("direct", {}).get(top)), 0.10),
          part("goodput at 1.2x of capacity, direct-drain / direct",
               DRAIN_PEAK["direct-drain"] / DRAIN_PEAK["direct"],
               "peak 2,137 against 2,116 calls/s: unchanged",
-              _ratio(rg.get("direct-drain", {}).get(top), rg.get("direct", {}).get(top)), 0.0,
+              ratio(rg.get("direct-drain", {}).get(top), rg.get("direct", {}).get(top)), 0.0,
               rule=UNCHANGED)],
         {"published_cuts": {"0.6": 66.6 / 86.6, "0.9": 230.7 / 289.3, "1.1": 498.1 / 649.7},
-         "measured_cuts": {frac_key(x): _ratio(rp.get("direct-drain", {}).get(frac_key(x)),
+         "measured_cuts": {frac_key(x): ratio(rp.get("direct-drain", {}).get(frac_key(x)),
                                                rp.get("direct", {}).get(frac_key(x)))
                            for x in (0.6, 0.9, 1.1)}},
         variant))
@@ -211,10 +209,10 @@ def compute(m, variant):
         "calls; on streams the executors separate only near saturation",
         [part("stream plateau / unary plateau, direct (msg/s over calls/s)",
               mid(STREAM_PLATEAU) / mid(UNARY_PLATEAU), "15,000-16,000 msg/s against 2,060-2,140 "
-              "calls/s (~7.5x)", _ratio(sp.get("direct"), plateau.get("direct")), 0.05),
+              "calls/s (~7.5x)", ratio(sp.get("direct"), plateau.get("direct")), 0.05),
          part("stream p99 at the top step, virtual / direct",
               STREAM_P99["virtual"][-1] / STREAM_P99["direct"][-1], "1,350 against 741 ms at "
-              "16,000 msg/s", _ratio(sp99.get("virtual"), sp99.get("direct")), 0.10),
+              "16,000 msg/s", ratio(sp99.get("virtual"), sp99.get("direct")), 0.10),
          part("messages shed at the top step, (virtual + 1) / (direct + 1) msg/s",
               (STREAM_SHED["virtual"] + 1.0) / (STREAM_SHED["direct"] + 1.0),
               "625 against 38 msg/s", shed_ratio, 0.25)],
@@ -224,14 +222,6 @@ def compute(m, variant):
 
 # --------------------------------------------------------------------------- tables
 
-def fmt(v):
-    if v is None:
-        return "-"
-    if isinstance(v, str):
-        return v
-    return "%.2f" % v if abs(v) < 100 else "%.0f" % v
-
-
 def table(findings):
     """Markdown: one row per part, the finding's verdict on its first row."""
     out = ["| finding | figure | published | measured | part | verdict |",
@@ -240,7 +230,7 @@ def table(findings):
         for i, p in enumerate(fd["parts"]):
             out.append("| %s | %s | %s (%s) | %s | %s | %s |" % (
                 "**%s** %s" % (fd["id"], fd["title"]) if i == 0 else "", p["figure"],
-                fmt(p["published"]), p["published_text"], fmt(p["measured"]), p["verdict"],
+                num(p["published"], 2), p["published_text"], num(p["measured"], 2), p["verdict"],
                 "**%s**" % fd["verdict"] if i == 0 else ""))
     return out
 
@@ -277,9 +267,9 @@ def merged_table(merged, labels):
                     cells += ["-", "-"]
                     continue
                 pv = v["parts"][i]
-                cells += [fmt(pv["measured"]), "%s%s" % (
+                cells += [num(pv["measured"], 2), "%s%s" % (
                     pv["verdict"], " (**%s**)" % v["verdict"] if i == 0 else "")]
             out.append("| %s | %s | %s |%s" % (
                 "**%s** %s" % (fd["id"], fd["title"]) if i == 0 else "", p["figure"],
-                fmt(p["published"]), "".join(" %s |" % c for c in cells)))
+                num(p["published"], 2), "".join(" %s |" % c for c in cells)))
     return out

@@ -1,0 +1,766 @@
+"""Unit tests of echodlib's pure parts: what computes without a daemon, a network or a clock.
+
+  fmt, stats             the one formatter and the percentiles
+  k6result               k6 CSV (default whole-second timestamps, milliseconds, gzip), --out
+                         json, handleSummary documents, bench/study's steps, bench/arms, scrapes
+  report                 step windows, schedule drops, execution segments, merging runners,
+                         knee and plateau; report_out's Markdown
+  k6prom                 its time and selector arithmetic (a Prometheus is test_prometheus's)
+  findings               verdicts of a full set of figures, merging runs
+  study                  Plan, the open model's backlog and VU sizing, k6's Go environment and
+                         VU budget, the cost and its calibration, the figures, the drivers'
+                         reading of k6 summaries, the checks
+
+Every fixture is written inline. Run on its own: /usr/bin/python3 tests/tools/test_echodlib.py
+"""
+
+import contextlib
+import gzip
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+from datetime import datetime, timezone
+from fractions import Fraction
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from echodlib import findings as F, fmt, k6prom, k6result, report, report_out, stats  # noqa: E402
+from echodlib.report import ArmResult, InputError, Runner, Step  # noqa: E402
+from echodlib.sampler import Sampler  # noqa: E402
+from echodlib.study import drivers, figures, merge, plan as P, regimes, runner, tables  # noqa: E402
+from echodlib.study.cost import Cost, calibrate  # noqa: E402
+from echodlib.study.server import Window  # noqa: E402
+
+HEADER = ("metric_name,timestamp,metric_value,check,error,error_code,expected_response,group,"
+          "method,name,proto,scenario,service,status,subproto,tls_version,url,extra_tags,"
+          "metadata").split(",")
+T0 = 1767225600  # 2026-01-01T00:00:00Z
+
+
+def csv_text(samples, ts=lambda t: str(int(t))):
+    """A k6 CSV of samples [(metric, t, value, tags, status)], k6's columns, the tags that are
+    not columns in extra_tags."""
+    lines = [",".join(HEADER)]
+    for metric, t, value, tags, status in samples:
+        row = dict.fromkeys(HEADER, "")
+        row.update(metric_name=metric, timestamp=ts(t), metric_value="%f" % value, status=status,
+                   extra_tags="&".join("%s=%s" % kv for kv in tags.items()))
+        lines.append(",".join(row[h] for h in HEADER))
+    return "\n".join(lines) + "\n"
+
+
+def json_lines(samples):
+    """The same samples as k6 --out json writes them (RFC 3339, whole seconds here)."""
+    out = []
+    for metric, t, value, tags, status in samples:
+        tags = dict(tags, status=status) if status else dict(tags)
+        when = datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        out.append(json.dumps({"type": "Point", "metric": metric,
+                               "data": {"time": when, "value": value, "tags": tags}}))
+    return "\n".join(out) + "\n"
+
+
+def ramp_samples(step_s=None, sent=(10, 20), segment=None):
+    """unary-ramp.js's samples of arm 'a': s01 offers 1 call/s, s02 2 calls/s, 10 s each from
+    T0; call i of s01 takes i+1 ms, of s02 2(i+1) ms; s02 has one more call that failed
+    (status 2), and k6 dropped 3 iterations during s02 (no arm tag). A warm-up call and the
+    reflection RPC (no stage) are not calls of a step."""
+    out = []
+    for k, (offered, n) in enumerate(((1, sent[0]), (2, sent[1]))):
+        tags = {"arm": "a", "script": "unary-ramp", "stage": "s%02d" % (k + 1),
+                "offered": str(offered)}
+        if step_s:
+            tags["step_s"] = str(step_s)
+        if segment:
+            tags["segment"] = segment
+        for i in range(n):
+            t = T0 + 10 * k + 10.0 * i / n
+            out += [("echo_sent", t, 1, tags, ""), ("echo_ok", t, 1, tags, ""),
+                    ("grpc_req_duration", t, (k + 1) * (i + 1.0), tags, "0"),
+                    ("server_total_us", t, 100.0 * (i + 1), tags, "")]
+        if k == 1:
+            out += [("echo_sent", T0 + 15, 1, tags, ""), ("echo_failed", T0 + 15, 1, tags, ""),
+                    ("grpc_req_duration", T0 + 15, 5000.0, tags, "2"),
+                    ("dropped_iterations", T0 + 15, 3, {"script": "unary-ramp"}, "")]
+    out.append(("echo_ok", T0, 1, {"arm": "a", "stage": "s01", "offered": "1", "warmup": "1"},
+                ""))
+    out.append(("grpc_req_duration", T0, 9.0, {"arm": "a"}, "0"))
+    return out
+
+
+def summary_doc(arm="a", segment=None, sent=200, p99=9.0, answered=190, script="bidi-ramp"):
+    """A deploy/k6 handleSummary document of one 2 s step at 100 msg/s."""
+    metrics = {"echo_sent{stage:s01}": {"values": {"count": sent}},
+               "echo_ok{stage:s01}": {"values": {"count": sent}},
+               "echo_answered{stage:s01}": {"values": {"count": answered}},
+               "bidi_msg_latency_ms{stage:s01}": {"values": {"count": sent, "med": 3.0,
+                                                             "p(99)": p99}},
+               "dropped_iterations": {"values": {"count": 0}}}
+    doc = {"echod_k6": 1, "arm": arm, "script": script,
+           "schedule": [{"name": "s01", "offered": 100, "duration_s": 2}],
+           "summary": {"metrics": metrics}}
+    if segment:
+        doc.update(segment=segment, segments="0,1/2,1")
+    return doc
+
+
+class Scratch(unittest.TestCase):
+    """A test case with a scratch directory (self.tmp) and write(name, text) in it."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="echodlib-test-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def write(self, name, text, gz=False):
+        path = os.path.join(self.tmp, name)
+        with (gzip.open(path, "wt") if gz else open(path, "w")) as f:
+            f.write(text)
+        return path
+
+
+# ------------------------------------------------------------------------------- fmt, stats
+
+class Formatter(unittest.TestCase):
+    def test_num(self):
+        self.assertEqual([fmt.num(v) for v in (None, "x", 0.123, 99.96, 123.45, 999.5, 12345.6)],
+                         ["-", "x", "0.1", "100.0", "123", "1000", "12346"])
+        self.assertEqual(fmt.num(123.45, 2, 1), "123.5")
+        self.assertEqual(fmt.num(-3.14159, 2), "-3.14")
+
+    def test_ms_ratio_times_pair(self):
+        self.assertEqual([fmt.ms(v) for v in (None, 0.4567, 3.456, 45.67, 456.7, 4567.0)],
+                         ["-", "0.457", "3.46", "45.7", "456.7", "4567"])
+        self.assertEqual(fmt.ratio(3, 2), 1.5)
+        self.assertIsNone(fmt.ratio(None, 2))
+        self.assertIsNone(fmt.ratio(3, 0))
+        self.assertEqual(fmt.times(3, 2), "1.50×")
+        self.assertEqual(fmt.times(3, None), "-")
+        self.assertEqual(fmt.pair(1.234, 150.0), "1.23 / 150.0")
+
+
+class Stats(unittest.TestCase):
+    def test_percentile_median_spread(self):
+        self.assertIsNone(stats.percentile([], 0.5))
+        self.assertEqual(stats.percentile([1, 2, 3, 10, 20, 30], 0.5), 6.5)
+        self.assertAlmostEqual(stats.percentile(list(range(1, 101)), 0.99), 99.01)
+        self.assertEqual(stats.median([3, None, 1, 2]), 2)
+        self.assertIsNone(stats.median([None]))
+        self.assertAlmostEqual(stats.spread([90, 100, 110]), 0.2)
+        self.assertIsNone(stats.spread([100]))
+        self.assertEqual(stats.nearest_rank([1, 2, 3, 4], 50), 2)
+
+
+# ------------------------------------------------------------------------------- k6result
+
+class K6Csv(Scratch):
+    def steps(self, results, arm="a"):
+        return {s.stage: s for s in results[arm].steps}
+
+    def check_ramp(self, steps, last_s=10.0):
+        s1, s2 = steps["s01"], steps["s02"]
+        self.assertEqual((s1.offered, s1.sent, s1.ok, s1.failed), (1.0, 10, 10, 0))
+        self.assertEqual((s2.offered, s2.sent, s2.ok, s2.failed), (2.0, 21, 20, 1))
+        self.assertEqual(s1.duration_s, 10.0, "from s01's first sample to s02's")
+        self.assertAlmostEqual(s2.duration_s, last_s)
+        self.assertEqual((s1.p50_ms, s2.p50_ms), (5.5, 21.0))
+        self.assertAlmostEqual(s1.p99_ms, 9.91)
+        self.assertAlmostEqual(s2.p99_ms, 39.62, msg="a failed call is no latency sample")
+        self.assertEqual(s2.latency_count, 20)
+        self.assertEqual(s1.server_p50_us, 550.0)
+        self.assertEqual(s2.dropped, 3, "k6's drops placed in their step by time")
+        self.assertEqual(s1.goodput, 1.0)
+
+    def test_default_whole_second_timestamps(self):
+        path = self.write("a.csv", csv_text(ramp_samples()))
+        res = k6result.read_csv(path)
+        self.assertEqual(sorted(res), ["a"])
+        self.assertEqual(res["a"].script, "unary-ramp")
+        self.assertEqual(res["a"].latency_metric, "grpc_req_duration")
+        self.assertEqual(res["a"].k6_dropped, 3)
+        # the last step as long as the others (a ramp), not its samples' span plus a tick
+        self.check_ramp(self.steps(res))
+
+    def test_gzip_and_out_json_read_alike(self):
+        gz = self.write("a.csv.gz", csv_text(ramp_samples()), gz=True)
+        self.assertEqual(k6result.sniff(gz), "csv")
+        self.check_ramp(self.steps(k6result.read_csv(gz)))
+        js = self.write("a.json", json_lines(ramp_samples()))
+        self.assertEqual(k6result.sniff(js), "k6json")
+        reader = k6result.CsvReader()
+        reader.add_json(js)
+        self.check_ramp(self.steps(reader.results()))
+
+    def test_millisecond_timestamps(self):
+        """A tick of 1 ms: the last step lasts its samples' span plus a tick."""
+        path = self.write("a.csv", csv_text(ramp_samples(), ts=lambda t: str(int(t * 1000))))
+        self.check_ramp(self.steps(k6result.read_csv(path)), last_s=9.5 + 0.001)
+
+    def test_schedule_tags_place_drops_by_schedule(self):
+        """With step_s every step lasts the schedule's, and a step's drops are its scheduled
+        iterations less its calls (k6's own count kept, the difference said)."""
+        path = self.write("a.csv", csv_text(ramp_samples(step_s=10, sent=(10, 18))))
+        res = k6result.read_csv(path)["a"]
+        steps = {s.stage: s for s in res.steps}
+        self.assertEqual([s.duration_s for s in res.steps], [10.0, 10.0])
+        self.assertEqual((steps["s01"].dropped, steps["s02"].dropped), (0.0, 1.0))
+        self.assertEqual(res.k6_dropped, 3)
+        self.assertTrue(any("k6 counted 3" in n for n in res.notes), res.notes)
+
+    def test_timestamp_formats(self):
+        self.assertEqual(k6result.parse_timestamp(str(T0)), (float(T0), 1.0))
+        self.assertEqual(k6result.parse_timestamp(str(T0 * 1000 + 5)), (T0 + 0.005, 1e-3))
+        self.assertEqual(k6result.parse_timestamp(str(T0 * 10 ** 6))[1], 1e-6)
+        self.assertEqual(k6result.parse_timestamp(str(T0 * 10 ** 9))[1], 1e-9)
+        self.assertEqual(k6result.parse_timestamp("2026-01-01T00:00:00Z"), (float(T0), 1.0))
+        self.assertEqual(k6result.parse_timestamp("2026-01-01T00:00:00.5Z"), (T0 + 0.5, 1e-9))
+
+    def test_refused(self):
+        self.assertRaisesRegex(InputError, "not a k6 CSV",
+                               k6result.read_csv, self.write("b.csv", "metric_name,x\n1,2\n"))
+        self.assertRaisesRegex(InputError, "no samples tagged with a stage", k6result.read_csv,
+                               self.write("c.csv", csv_text([("echo_sent", T0, 1, {}, "")])))
+        self.assertRaisesRegex(InputError, "neither", k6result.sniff, self.write("d", "hello\n"))
+        self.assertEqual(k6result.sniff(self.write("m", "# TYPE a counter\na 1\n")), "prom")
+        self.assertEqual(k6result.sniff(self.write("k6.log", "x\n")), "log")
+        two = csv_text(ramp_samples(segment="0:1/2") + [
+            ("echo_sent", T0, 1, {"arm": "a", "stage": "s01", "offered": "1",
+                                  "segment": "1/2:1"}, "")])
+        self.assertRaisesRegex(InputError, "two execution segments",
+                               k6result.read_csv, self.write("e.csv", two))
+
+
+class K6Documents(Scratch):
+    def test_summary_doc(self):
+        r = k6result.read_summary_doc(summary_doc(), "s.json")
+        self.assertEqual((r.arm, r.script, r.latency_metric), ("a", "bidi-ramp",
+                                                               "bidi_msg_latency_ms"))
+        s = r.steps[0]
+        self.assertEqual((s.sent, s.answered, s.p50_ms, s.p99_ms, s.latency_count),
+                         (200, 190, 3.0, 9.0, 200))
+        self.assertEqual(s.goodput, 95.0, "answers by arrival")
+        self.assertIsNone(s.server_p99_us)
+        self.assertEqual(k6result.summary_value(summary_doc(), "echo_sent{stage:s01}", "count"),
+                         200)
+        self.assertIsNone(k6result.summary_value(summary_doc(), "nothing", "count"))
+        self.assertRaisesRegex(InputError, "not one written by deploy/k6",
+                               k6result.read_summary_doc, {"summary": {}}, "x.json")
+
+    def test_summaries_of_runners_add_up(self):
+        """Two runners' summaries: counts add, the percentile is the larger (an upper bound,
+        said), the offered rate the whole schedule's."""
+        inputs = k6result.Inputs()
+        inputs.add_doc(summary_doc(segment="0:1/2", sent=100, p99=5.0, answered=95), "r0.json")
+        inputs.add_doc(summary_doc(segment="1/2:1", sent=100, p99=7.0, answered=95), "r1.json")
+        r = inputs.results()["a"]
+        s = r.steps[0]
+        self.assertEqual((s.sent, s.answered, s.p99_ms, s.offered), (200, 190, 7.0, 100.0))
+        self.assertEqual((r.segments, r.share, r.source), ("0:1", 1, "r0.json + r1.json"))
+        self.assertTrue(any("upper bound" in n for n in r.notes), r.notes)
+
+    def test_steps_doc_round_trip(self):
+        steps = [{"offered": 50, "duration_s": 2.0, "sent": 100, "ok": 99, "answered": 98,
+                  "failed": 0, "dropped": 0, "p50_ms": 1.5, "p99_ms": 4.0, "latency_count": 99,
+                  "server_p50_us": None, "server_p99_us": None, "driver": "k6"},
+                 {"stage": "x", "offered": 100, "duration_s": 2.0, "sent": 200, "ok": 150}]
+        doc = k6result.steps_doc("a-k6", "unary-ramp", steps, "grpc_req_duration")
+        self.assertEqual([s["stage"] for s in doc["steps"]], ["s01", "x"])
+        self.assertNotIn("stage", steps[0], "the caller's steps are left as they were")
+        inputs = k6result.Inputs()
+        inputs.add_doc(doc, "ramp-a.json")
+        inputs.add_doc(k6result.steps_doc("a-k6", "unary-ramp", steps[:1], "grpc_req_duration"),
+                       "more.json")
+        r = inputs.results()["a-k6"]
+        self.assertEqual(r.source, "ramp-a.json + more.json")
+        self.assertEqual([(s.stage, s.goodput) for s in r.steps],
+                         [("s01", 49.0), ("x", 75.0), ("s01", 49.0)])
+        self.assertEqual(inputs.sources, ["ramp-a.json", "more.json"])
+
+    def test_bench_arms_json(self):
+        doc = {"args": {"rate": 2000, "duration": 10}, "arms": ["g"], "runs": [],
+               "summary": {"g": {"sat_rps": 50000.0, "cpu_sat": 2.5, "fixed_rps": 1990.0,
+                                 "p50": 80.0, "p99": 250.0, "fail_grpc": 1, "fail_h2load": 0}}}
+        path = self.write("bench.json", json.dumps(doc))
+        r = k6result.load_inputs([path])["g"].analyse(50, 0.95)
+        s = r.steps[0]
+        self.assertEqual((s.offered, s.ok, s.failed, s.sent, s.p99_ms),
+                         (2000.0, 19900.0, 1, 19901.0, 0.25))
+        self.assertEqual((r.plateau, r.cpu_us_per_call, r.knee), (50000.0, 2.5, None))
+
+    def test_files_arm_names_and_stage_duration(self):
+        csv_path = self.write("a.csv", csv_text(ramp_samples()))
+        log = self.write("k6.log", "noise\nK6_SUMMARY_JSON %s\n" % json.dumps(summary_doc()))
+        res = k6result.load_inputs(["x=" + csv_path, log], stage_duration=5)
+        self.assertEqual(sorted(res), ["a", "x"])
+        self.assertEqual([s.duration_s for s in res["x"].steps], [5.0, 5.0])
+        self.assertEqual(res["x"].source, "a.csv")
+        self.assertRaisesRegex(InputError, "no such file", k6result.load_inputs, ["nope.csv"])
+        prom_file = self.write("m.prom", "# TYPE a counter\na 1\n")
+        self.assertRaisesRegex(InputError, "--metrics", k6result.load_inputs, [prom_file])
+
+    def test_cpu_per_call(self):
+        def scrape(cpu, calls, msgs):
+            return [("process_cpu_seconds_total", {}, cpu),
+                    ("grpc_server_handled_total", {"grpc_code": "OK", "grpc_type": "unary",
+                                                   "grpc_service": k6result.ECHO}, calls),
+                    ("grpc_server_handled_total", {"grpc_code": "OK", "grpc_type": "unary",
+                                                   "grpc_service": "grpc.health.v1.Health"}, 77),
+                    ("grpc_server_msg_received_total", {"grpc_type": "bidi_stream",
+                                                        "grpc_service": k6result.ECHO}, msgs)]
+        self.assertAlmostEqual(k6result.cpu_per_call_samples(scrape(1.0, 1000, 0),
+                                                             scrape(1.5, 90000, 11000)), 5.0)
+        self.assertRaisesRegex(InputError, "no calls served", k6result.cpu_per_call_samples,
+                               scrape(1.0, 5, 5), scrape(2.0, 5, 5))
+
+
+# ------------------------------------------------------------------------------- report
+
+def make_runner(segment=None, sequence=None, source="r", lat=(), stage="s01", offered=100.0,
+           step_s=1.0, sent=None):
+    r = Runner("a", source)
+    r.segment, r.sequence, r.script = segment, sequence, "unary-ramp"
+    r.offered[stage] = offered
+    r.step_s[stage] = step_s
+    r.lat["grpc_req_duration"] = {stage: list(lat)}
+    n = len(lat) if sent is None else sent
+    r.counters[stage] = {"echo_sent": n, "echo_ok": len(lat)}
+    r.first[stage] = r.last[stage] = T0
+    return r
+
+
+def arm(points, **kw):
+    """An ArmResult of steps [(offered, goodput, p99)] of 1 s each."""
+    r = ArmResult("a", "test", "unary-ramp")
+    for i, (offered, goodput, p99) in enumerate(points):
+        s = Step("s%02d" % (i + 1), offered)
+        s.duration_s, s.sent, s.ok, s.p99_ms, s.latency_count = 1.0, offered, goodput, p99, 1
+        r.steps.append(s)
+    for k, v in kw.items():
+        setattr(r, k, v)
+    return r
+
+
+class Segments(unittest.TestCase):
+    def test_parse(self):
+        self.assertEqual(report.parse_segment("1/3:2/3"), (Fraction(1, 3), Fraction(2, 3)))
+        self.assertEqual(report.parse_segment("0.5"), (0, Fraction(1, 2)))
+        self.assertEqual(report.parse_segment("50%:1"), (Fraction(1, 2), 1))
+        self.assertEqual(report.parse_segment(None), (0, 1))
+        for bad in ("2:1", "1/2:1/2", "x:1", "1/0"):
+            self.assertRaises(InputError, report.parse_segment, bad)
+
+    def test_share(self):
+        self.assertEqual(report.segments_share("a", [make_runner("0:1/2"),
+                                                     make_runner("1/2:1")]), (1, "0:1"))
+        self.assertEqual(report.segments_share("a", [make_runner("1/3:2/3")]),
+                         (Fraction(1, 3), "1/3:2/3"))
+        self.assertRaisesRegex(InputError, "overlap", report.segments_share, "a",
+                               [make_runner(), make_runner()])
+        self.assertRaisesRegex(InputError, "1/3:2/3 is missing", report.segments_share, "a",
+                               [make_runner("0:1/3"), make_runner("2/3:1")])
+        self.assertRaisesRegex(InputError, "execution-segment-sequence", report.segments_share,
+                               "a", [make_runner("0:1/2", "0,1/2,1"),
+                                     make_runner("1/2:1", "0,1/2,3/4,1")])
+
+    def test_merge_runners_pools_samples(self):
+        r = report.merge_runners("a", [make_runner("0:1/2", lat=[1, 2, 3], sent=4),
+                                       make_runner("1/2:1", lat=[10, 20, 30], sent=5)])
+        s = r.steps[0]
+        self.assertEqual(s.p50_ms, 6.5, "pooled, not averaged")
+        self.assertEqual((s.sent, s.ok, s.latency_count, s.offered), (9, 6, 6, 100.0))
+        self.assertEqual(s.dropped, 91, "the schedule's 100 less the 9 sent")
+        alone = report.merge_runners("a", [make_runner("1/2:1", lat=[1, 2], sent=2)])
+        self.assertEqual((alone.share, alone.steps[0].offered), (Fraction(1, 2), 50.0))
+        other = make_runner("1/2:1")
+        other.script = "bidi-ramp"
+        self.assertRaisesRegex(InputError, "two scripts", report.merge_runners, "a",
+                               [make_runner("0:1/2"), other])
+
+
+class StepWindows(unittest.TestCase):
+    def steps(self, *stages):
+        return [Step(st, 1) for st in stages]
+
+    def test_ramp_of_like_steps(self):
+        steps = self.steps("s01", "s02", "s03")
+        first = {"s01": 0.0, "s02": 10.0, "s03": 20.0}
+        last = {"s01": 9.0, "s02": 19.0, "s03": 21.0}
+        report.step_spans(steps, first, last, 1.0)
+        self.assertEqual([s.duration_s for s in steps], [10.0, 10.0, 10.0])
+
+    def test_unlike_steps_and_fine_ticks(self):
+        steps = self.steps("s01", "s02")
+        report.step_spans(steps, {"s01": 0.0, "s02": 4.0}, {"s01": 3.9, "s02": 7.5}, 1e-3)
+        self.assertEqual([s.duration_s for s in steps], [4.0, 3.5 + 1e-3])
+
+    def test_known_lengths_and_steps_without_samples_kept(self):
+        steps = self.steps("s01", "s02", "s03")
+        steps[0].duration_s = 2.0
+        ordered = report.step_spans(steps, {"s01": 0.0, "s02": 10.0}, {"s01": 1, "s02": 12}, 1)
+        self.assertEqual([s.stage for s in ordered], ["s01", "s02"])
+        # the last step as long as the spans before it (s01's, though its length was known)
+        self.assertEqual([s.duration_s for s in steps], [2.0, 10.0, None])
+
+
+class KneeAndPlateau(unittest.TestCase):
+    def test_goodput_knee_and_median_plateau(self):
+        r = arm([(300, 250, 20), (100, 100, 10), (400, 240, 30), (200, 200, 10)])
+        r.analyse(50, 0.95)
+        self.assertEqual([s.offered for s in r.steps], [100, 200, 300, 400], "sorted by offer")
+        self.assertEqual(r.knee.offered, 300)
+        self.assertEqual(r.knee_reason, "goodput 250/s < 95% of offered")
+        self.assertEqual((r.plateau, r.peak), (245.0, 250))
+
+    def test_p99_knee_and_no_knee(self):
+        r = arm([(100, 100, 10), (200, 200, 60)]).analyse(50, 0.95)
+        self.assertEqual((r.knee.stage, r.knee_reason), ("s02", "p99 60 ms > 50 ms"))
+        r = arm([(100, 100, 10), (200, 200, 20)]).analyse(50, 0.95)
+        self.assertIsNone(r.knee)
+        self.assertIsNone(r.plateau, "not reached within the offered range")
+        self.assertEqual(r.peak, 200)
+
+    def test_no_answer_and_bench_plateau(self):
+        r = arm([(100, 0, None)])
+        r.steps[0].latency_count = 0
+        r.analyse(50, 0.0)
+        self.assertEqual(r.knee_reason, "no successful response")
+        r = arm([(100, 100, 10)], plateau_override=5000.0).analyse(50, 0.95)
+        self.assertEqual((r.knee, r.plateau), (None, 5000.0))
+        d = r.as_dict()
+        self.assertEqual((d["plateau_goodput"], d["steps"][0]["goodput"]), (5000.0, 100.0))
+
+    def test_markdown(self):
+        r = arm([(100, 100, 10), (200, 150, 80)], cpu_us_per_call=5.0, cpu_source="/metrics")
+        results = report.analyse({"a": r}, 50, 0.95)
+        md = report_out.markdown(results, report_out.Options("T"))
+        self.assertTrue(md.startswith("# T\n"))
+        self.assertIn("| a | unary-ramp | 200 | goodput 150/s < 95% of offered; p99 80 ms > 50 ms "
+                      "| 150 | 150 | 10.0 | 5.00 (/metrics) | test |", md)
+        self.assertIn("| s02 **knee** | 200 | 200 | 150 | 75.0 | - | 80.0 | - | - | 0 | 0 | 1.0 |",
+                      md)
+        self.assertEqual(report_out.short_source("a.csv + b.csv + c.json + d.json"),
+                         "2 CSV + 2 JSON")
+        self.assertEqual(report_out.short_source("a.csv + b.json"), "a.csv, b.json")
+
+
+class K6Prom(unittest.TestCase):
+    def test_time_and_selector(self):
+        self.assertEqual(k6prom.parse_time(str(T0)), T0)
+        self.assertEqual(k6prom.parse_time("2026-01-01T00:00:00Z"), T0)
+        self.assertRaises(InputError, k6prom.parse_time, "yesterday")
+        self.assertEqual(k6prom.selector("k6_x", 'testid="t"', "", 'stage="s01"'),
+                         'k6_x{testid="t",stage="s01"}')
+
+
+# ------------------------------------------------------------------------------- findings
+
+class Findings(unittest.TestCase):
+    FIGURES = {"cpu_per_call": {"direct": 66.0, "virtual": 100.0},
+               "grid_p99": {"direct": 3.0, "virtual": 3.0},
+               "plateau": {"direct": 1040.0, "virtual": 1000.0},
+               "ramp_p99": {"direct": {"1.2": 700.0}, "virtual": {"1.2": 800.0},
+                            "direct-drain": {"1.2": 250.0}},
+               "ramp_goodput": {"direct": {"1.2": 1000.0}, "direct-drain": {"1.2": 1010.0}},
+               "stream_plateau": {"direct": 7800.0}, "stream_top_p99": {"direct": 100.0,
+                                                                        "virtual": 180.0},
+               "stream_top_shed": {"direct": 10.0, "virtual": 300.0}}
+
+    def test_verdicts_of_a_run(self):
+        found = {f["id"]: f for f in F.compute(self.FIGURES, "flat")}
+        self.assertEqual(found["F1"]["verdict"], "reproduced")   # 0.66 against 0.66
+        self.assertEqual(found["F2"]["verdict"], "not")          # no convoy: 1.0
+        self.assertEqual([p["verdict"] for p in found["F3"]["parts"]],
+                         ["reproduced", "in direction"])
+        self.assertEqual(found["F3"]["verdict"], "in direction", "the weakest part's")
+        self.assertEqual([p["verdict"] for p in found["F4"]["parts"]],
+                         ["reproduced", "reproduced"])
+        self.assertEqual(found["F5"]["verdict"], "reproduced")
+        for f in found.values():
+            self.assertEqual(f["variant"], "flat")
+            for p in f["parts"]:
+                self.assertEqual(p["verdict"], F.verdict(p["rule"], p["published"],
+                                                         p["measured"], p["noise"]))
+
+    def test_merge_and_tables(self):
+        a = F.compute(self.FIGURES, "flat")
+        b = F.compute({}, "model:x")
+        merged = F.merge([("flat", a), ("model:x", b)])
+        self.assertEqual([m["id"] for m in merged], ["F1", "F2", "F3", "F4", "F5"])
+        self.assertEqual(merged[0]["variants"]["model:x"]["verdict"], "not measured")
+        rows = F.merged_table(merged, ["flat", "model:x"])
+        self.assertIn("| flat | verdict | model:x | verdict |", rows[0])
+        self.assertTrue(rows[2].endswith("| 0.66 | reproduced (**reproduced**) | - | "
+                                         "not measured (**not measured**) |"), rows[2])
+        table = F.table(a)
+        self.assertTrue(table[2].startswith("| **F1** directExecutor() costs less CPU"))
+
+
+# ------------------------------------------------------------------------------- study
+
+class Plan(unittest.TestCase):
+    def test_quick_full_top_and_step_seconds(self):
+        q = P.Plan(True)
+        self.assertEqual((q.ramp_fractions, q.stream_fractions, q.stream_counts),
+                         ([0.4, 1.2], [0.6, 1.2], [20]))
+        self.assertEqual((q.ramp_s, q.slice_s, q.fixed_s), (2, 1, 2))
+        full = P.Plan(False)
+        self.assertEqual(full.ramp_fractions, P.RAMP_FRACTIONS)
+        self.assertEqual(full.stream_fractions, [0.3, 0.6, 0.9, 1.2])
+        self.assertEqual(full.slice_s, 3)
+        self.assertEqual(P.Plan(False, top=1.45).ramp_fractions[-4:], [1.2, 1.3, 1.4, 1.45])
+        self.assertEqual(P.Plan(False, top=1.5).stream_fractions[-1], 1.5)
+        s = P.Plan(True, step_s=3)
+        self.assertEqual((s.ramp_s, s.stream_s, s.fixed_s, s.slice_s), (3, 3, 3, 1))
+
+    def test_rates_and_estimate(self):
+        q = P.Plan(True)
+        self.assertEqual(q.ramp_rates(500), [200, 600])
+        self.assertEqual(q.stream_rates(1000), [600, 1200])
+        self.assertEqual(P.Plan(False).stream_rates(333), [100, 200, 300, 400])
+        # calibration (2 + 1 s) and per arm: 2 x 2 s fixed, 1 s probe, 2 x 2 s ramp, 2 x 1 s
+        # streams, and the ramp's set-up
+        self.assertEqual(q.estimate_s(2, ramp_setup_s=4.0), 3 + 2 * 15)
+        self.assertEqual(sorted(q.as_dict()), ["fixed_s", "ramp_fractions", "ramp_s", "slice_s",
+                                               "stream_fractions", "stream_s"])
+
+
+class OpenModel(unittest.TestCase):
+    def test_backlog(self):
+        self.assertEqual(regimes.backlog_peak([100, 200, 300], 10, 200, past=0.0), 3000)
+        self.assertAlmostEqual(regimes.backlog_peak([100, 200, 300], 10, 200, 0.97, 0.0), 3060)
+        self.assertEqual(regimes.backlog_peak([100, 300, 100], 10, 200), 1000,
+                         "drains below capacity, the peak stays")
+
+    def test_vus_for_quick(self):
+        """--quick at 500 calls/s: ~1,460 VUs an arm (docs/study-load.md)."""
+        om = regimes.OpenModel(P.Plan(True), 1000)
+        self.assertEqual(om.needed([200, 600], 500), 1460)
+        r = om.ramp([200, 600], 500)
+        self.assertEqual((r.vus, r.needed, r.sized_for, r.timeout_s, r.connect_s,
+                          r.warmup_rate), (1000, 1460, 500, 16, 3, 250))
+        self.assertEqual(r.env(), {"VUS": "1000", "MAX_VUS": "1000", "PRECONNECT": "1",
+                                   "CONNECT_SECONDS": "3", "CALL_TIMEOUT": "16s",
+                                   "WARMUP_RATE": "250"})
+        self.assertEqual(r.setup_s(), 14.0)
+        self.assertEqual(om.setup_s(1000), 8.0)
+        full = regimes.OpenModel(P.Plan(False), 100000)
+        self.assertEqual((full.warmup_rate(10000), full.ramp([100], 100).connect_s), (200, 5))
+
+    def test_go_env_and_budget(self):
+        self.assertEqual(regimes.k6_go_env({"GOGC": "50"}, 1 << 23), {})
+        self.assertEqual(regimes.k6_go_env({}, 8 * 1024 * 1024),
+                         {"GOGC": "off", "GOMEMLIMIT": "6144MiB"})
+        vus, why = regimes.vu_budget(1000, {"GOMEMLIMIT": "6144MiB"}, {"fds": 100000})
+        self.assertEqual(vus, 4721)
+        self.assertIn("GOMEMLIMIT=6144MiB with 1000 calls", why)
+        self.assertEqual(regimes.vu_budget(0, {}, {"fds": 100000}, 4000000)[0], 1698)
+        self.assertEqual(regimes.vu_budget(0, {}, {"fds": 50}, 4000000), (100, "fds"))
+
+    def test_problems(self):
+        om = regimes.OpenModel(P.Plan(True), 1000)
+        ok = {"sent_ratio": 0.99, "fraction": 0.4}
+        short = {"sent_ratio": 0.9, "fraction": 1.2, "offered": 600, "dropped": 120,
+                 "busy_vus_max": 1000, "k6_cores": 0.95, "late_connects": 0}
+        res = {"a": {"ramp": [ok, short], "ramp_run": {"vus": 1000, "vus_needed": 1460},
+                     "streams": [{"streams": 20, "steps": [{"kept_ratio": 0.5, "offered": 600},
+                                                           {"kept_ratio": None}]}]}}
+        p = om.problems(res, ["a"])
+        self.assertEqual(len(p), 2, p)
+        self.assertEqual(p[0], "a, ramp 1.2x (600/s): sent 0.900 of the offered calls, k6 "
+                               "dropped 120 iterations: all 1000 VUs busy (the backlog needed "
+                               "1460); k6 used 0.95 of its core")
+        self.assertIn("sent or shed 0.500", p[1])
+        self.assertTrue(om.kept(0.97) and not om.kept(None))
+
+
+class Costs(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="echodlib-cost-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def preset(self, text):
+        path = os.path.join(self.tmp, "preset.yaml")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def test_flat(self):
+        c = Cost()
+        self.assertEqual((c.name, c.sets(100), c.per_call(100), c.stream_capacity(100, 500)),
+                         ("flat", ["work.defaults.cpu_us=100"], 100, 500))
+        self.assertEqual((c.first(2000), c.next(1990, 2000, 2010), c.describe(7)),
+                         (1990, 1980, "7 µs"))
+        self.assertEqual(c.variant(100)[0], "flat")
+        self.assertIsNone(c.relpath())
+
+    def test_model(self):
+        c = Cost(self.preset("work:\n  model:\n    enabled: true\n    call_cpu_us: 100\n"
+                             "    step_cpu_us: 2\n    handoff_cpu_us: 10\n"
+                             "    message_cpu_us: 20\n"))
+        self.assertEqual(c.name, "model:preset")
+        self.assertEqual(c.scaled(0.5), {"call": 50, "step": 1, "handoff": 5, "message": 10})
+        self.assertEqual(c.sets(0.5)[:2], ["work.defaults.cpu_us=0", "work.model.enabled=true"])
+        self.assertEqual((c.per_call(0.5), c.per_message(0.5), c.slope()), (76, 21, 152))
+        self.assertAlmostEqual(c.stream_capacity(0.5, 400), 400 * 76 / 21.0)
+        self.assertEqual(c.describe(0.5), "x0.500")
+        self.assertRaisesRegex(ValueError, "no enabled work.model", Cost,
+                               self.preset("work:\n  model:\n    enabled: false\n"))
+
+    def test_calibration(self):
+        """A server whose call costs x + 100 µs: the first guess (x = 1990 for 2,000 µs) is
+        4% off, the second lands."""
+        seen = []
+
+        def measure(x, i):
+            seen.append(x)
+            return (x + 100) * 1000 / 1e6, 1000, 450.0
+        with contextlib.redirect_stderr(io.StringIO()):
+            x, cap, rounds = calibrate(Cost(), 500, 3, measure)
+            self.assertEqual((x, cap, seen), (1900, 500.0, [1990, 1900]))
+            self.assertEqual(rounds[0]["overhead_us"], 100)
+            self.assertEqual(calibrate(Cost(), 500, 3, measure, fixed=1234)[0], 1234)
+            self.assertRaisesRegex(RuntimeError, "no server CPU", calibrate, Cost(), 500, 3,
+                                   lambda x, i: (0.0, 0, 0.0))
+
+
+def study_results():
+    """Two arms' results as study.json holds them."""
+    def fixed(cpu, p99, p50):
+        return [{"driver": "k6 (constant-arrival-rate)", "offered": 100, "duration_s": 2.0,
+                 "ok": 200, "p50_ms": 1.0, "p99_ms": p99, "cpu_us_per_call": cpu,
+                 "cpu_millicores": 200.0, "failed": 0, "cfs": None},
+                {"driver": "h2load (--rps)", "offered": 100, "duration_s": 2.0, "ok": 200,
+                 "p50_ms": p50, "p99_ms": 9.0, "cpu_us_per_call": cpu, "cpu_millicores": 210.0,
+                 "failed": 0, "cfs": None}]
+
+    def ramp(goodput):
+        return [{"fraction": x, "offered": 1000 * x, "duration_s": 2.0, "ok": 2000 * x,
+                 "answered": g * 2, "p99_ms": 10 * x, "failed": 0}
+                for x, g in zip((0.4, 1.2), goodput)]
+
+    def streams(answered):
+        return [{"streams": 20, "server_failed": 0, "k6_errors": 0, "k6_error": None, "steps": [
+            {"offered": 600, "duration_s": 1.0, "answered": answered[0], "p99_ms": 5.0,
+             "dropped": 0, "kept_ratio": 1.0, "failed": 0},
+            {"offered": 1200, "duration_s": 1.0, "answered": answered[1], "p99_ms": 50.0,
+             "dropped": 100, "kept_ratio": 1.0, "failed": 0}]}]
+    return {"direct": {"fixed": fixed(2100, 6.0, 20.0), "ramp": ramp((400, 1000)),
+                       "streams": streams((600, 900)),
+                       "ramp_summary": {"plateau": 1000.0, "knee": 1200.0, "peak": 1000.0}},
+            "virtual": {"fixed": fixed(3000, 3.0, 10.0), "ramp": ramp((400, 950)),
+                        "streams": streams((600, 800)),
+                        "ramp_summary": {"plateau": None, "knee": None, "peak": 950.0}}}
+
+
+class StudyFigures(unittest.TestCase):
+    def test_measured_figures(self):
+        m = figures.measured_figures(study_results(), ["direct", "virtual"], 1000.0, 2000)
+        self.assertEqual(m["cpu_per_call"], {"direct": 2100, "virtual": 3000})
+        self.assertEqual(m["own_cpu_per_call"], {"direct": 100, "virtual": 1000})
+        self.assertEqual(m["grid_p50_h2load"], {"direct": 20.0, "virtual": 10.0})
+        self.assertEqual(m["plateau"], {"direct": 1000.0, "virtual": 950.0}, "the peak, no knee")
+        self.assertEqual(m["knee"], {"direct": 1.2, "virtual": None})
+        self.assertEqual(m["ramp_goodput"]["direct"], {"0.4": 400.0, "1.2": 1000.0})
+        self.assertAlmostEqual(m["stream_plateau"]["direct"], 900.0)
+        self.assertEqual(m["stream_top_shed"]["direct"], 100.0)
+        self.assertEqual(figures.measured_figures(study_results(), ["direct"], 1000.0, 2000,
+                                                  flat=False)["own_cpu_per_call"], {})
+
+    def test_old_results_without_fraction_or_answered(self):
+        res = study_results()
+        for s in res["direct"]["ramp"]:
+            del s["fraction"], s["answered"]
+        m = figures.measured_figures(res, ["direct"], 1000.0, 2000)
+        self.assertEqual(m["ramp_goodput"]["direct"], {"0.4": 400.0, "1.2": 1200.0})
+
+    def test_published(self):
+        self.assertEqual(figures.published_p99("direct", 1.2), 1993.9)
+        self.assertIsNone(figures.published_p99("direct", 0.5))
+        self.assertIsNone(figures.published_p99("cached", 1.2))
+        self.assertAlmostEqual(figures.published_in_flight("direct", 1.2), 1.9939 * 2140)
+        self.assertAlmostEqual(figures.published_in_flight("direct-drain", 0.2), 0.0096 * 400)
+
+    def test_tables(self):
+        res = study_results()
+        rows = tables.fixed_table(res, ["direct", "virtual"])
+        self.assertEqual(rows[2], "| direct | k6 | 100 | 100 | 1.00 | 6.00 | 2100 | 200 | 0 |")
+        self.assertIn("| k6 | direct / virtual | 1.00 | 2.00 | 0.70 |", rows)
+        rows = tables.stream_table(res, ["direct"], {"direct": 1000.0})
+        self.assertEqual(rows[2], "| direct | 20 | k6 | 600 / 1200 | 5.0 / 50.0 | 900 | 0.90 | "
+                                  "0 / 100 | 1.000 | 0 |")
+        self.assertIsNone(tables.throttle_table(res, ["direct"], P.Plan(True)))
+
+    def test_call_problems(self):
+        res = study_results()
+        res["direct"]["fixed"][0].update(failed=2, server_codes={"UNAVAILABLE": 2})
+        self.assertEqual(runner.call_problems(res, ["direct", "virtual"]),
+                         ["direct, k6 (constant-arrival-rate) at 100/s: 2 calls failed (echod: "
+                          "{'UNAVAILABLE': 2})"])
+
+    def test_merge_labels(self):
+        tmp = tempfile.mkdtemp(prefix="echodlib-merge-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        dirs = []
+        for name in ("one", "two"):
+            d = os.path.join(tmp, name)
+            os.makedirs(d)
+            with open(os.path.join(d, "study.json"), "w") as f:
+                json.dump({"cost": {"variant": "flat"}, "findings": None,
+                           "results": study_results(), "arms": ["direct", "virtual"],
+                           "capacity": 1000.0, "cpu_us": 2000}, f)
+            dirs.append(d)
+        text = merge.merge_runs(dirs, os.path.join(tmp, "out"))
+        with open(os.path.join(tmp, "out", "findings.json")) as f:
+            self.assertEqual(json.load(f)["variants"], ["flat", "flat (two)"])
+        self.assertIn("| flat | verdict | flat (two) | verdict |", text)
+
+
+class StudyDrivers(unittest.TestCase):
+    """The drivers' reading of k6's summaries and of the sampled series, and a Window's
+    failures."""
+
+    def test_ramp_step(self):
+        doc = {"summary": {"metrics": {
+            "echo_sent{stage:s01}": {"values": {"count": 198}},
+            "echo_answered{stage:s01}": {"values": {"count": 190}},
+            "echo_ok{stage:s01}": {"values": {"count": 198}},
+            "grpc_req_duration{stage:s01}": {"values": {"count": 198, "med": 2.0,
+                                                        "p(99)": 50.0, "avg": 3.0}},
+            "grpc_req_duration{stage:s01,slice:00}": {"values": {"count": 99, "p(99)": 40.0}},
+            "grpc_req_duration{stage:s01,slice:01}": {"values": {"count": 99, "p(99)": 60.0}}}}}
+        st = {"name": "s01", "offered": 100, "duration_s": 2, "start_s": 5, "slices": 2,
+              "slice_s": 1}
+        smp = Sampler({})
+        smp.samples = [{"t": 1005.0, "echod_cpu": 1.0, "echod_ok": 0, "k6_cpu": 0.5,
+                        "k6_busy_vus": 4, "echod_in_flight": 2, "k6_rss_kb": 1024},
+                       {"t": 1007.0, "echod_cpu": 1.2, "echod_ok": 200, "k6_cpu": 0.9,
+                        "k6_busy_vus": 8, "echod_in_flight": 6, "k6_rss_kb": 2048}]
+        s = drivers.ramp_step(doc, st, 0.4, 1000.0, smp, 50, 1100.0)
+        self.assertEqual((s["scheduled"], s["sent_ratio"], s["dropped"]), (200, 0.99, 2))
+        self.assertAlmostEqual(s["cpu_us_per_call"], 1000.0)
+        self.assertAlmostEqual(s["k6_cores"], 0.2)
+        self.assertEqual((s["busy_vus_mean"], s["busy_vus_max"], s["k6_rss_mb"]), (6, 8, 2.0))
+        self.assertEqual(s["little_p99_in_flight"], 95 * 0.05)
+        self.assertEqual([x["p99_ms"] for x in s["slices"]], [40.0, 60.0])
+        self.assertEqual([x["t_s"] for x in s["slices"]], [5, 6])
+        self.assertEqual((s["t_start"], s["t_end"], s["cfs"]), (1005.0, 1100.0, None))
+        self.assertTrue(s["driver"].endswith("50 VUs)"))
+
+    def test_stream_step(self):
+        doc = {"summary": {"metrics": {"echo_sent{stage:s02}": {"values": {"count": 900}},
+                                       "echo_dropped{stage:s02}": {"values": {"count": 60}}}}}
+        s = drivers.stream_step(doc, {"name": "s02", "offered": 1000, "duration_s": 1})
+        self.assertEqual((s["kept_ratio"], s["ok"], s["p99_ms"]), (0.96, 0, None))
+
+    def test_window_failures(self):
+        w = Window.__new__(Window)
+        w.not_ok = {"CANCELLED": 3, "UNAVAILABLE": 1}
+        self.assertEqual(w.failures(5), (1, 3, {"UNAVAILABLE": 1}))
+        self.assertEqual(w.failures(2), (4, 0, {"CANCELLED": 3, "UNAVAILABLE": 1}))
+        self.assertEqual(drivers.failed_step("k6", 100, 2, "boom")["driver"], "k6 (failed)")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,43 @@
+"""bench/study --merge: the findings of several runs (one per cost variant) side by side."""
+
+import json
+import os
+
+from .. import findings as F
+from .figures import measured_figures
+
+
+def read_run(d, labels):
+    """(label, findings) of the run in directory d: labelled by its cost variant (and the
+    directory when an earlier run has that label); a run from before bench/study wrote its
+    findings gets them from its results."""
+    with open(os.path.join(d, "study.json")) as fh:
+        doc = json.load(fh)
+    label = (doc.get("cost") or {}).get("variant") or "flat"
+    if label in labels:
+        label = "%s (%s)" % (label, os.path.basename(os.path.normpath(d)))
+    found = doc.get("findings")
+    if found is None:
+        found = F.compute(measured_figures(doc["results"], doc["arms"], doc["capacity"],
+                                           doc["cpu_us"]), label)
+    return label, found
+
+
+def merge_runs(dirs, out):
+    """Writes out/findings.md and out/findings.json; returns the Markdown."""
+    runs = []
+    for d in dirs:
+        runs.append(read_run(d, [l for l, _ in runs]))
+    merged = F.merge(runs)
+    labels = [l for l, _ in runs]
+    os.makedirs(out, exist_ok=True)
+    md = ["# The study's findings by cost variant", "",
+          "Runs: %s. Verdicts: %s" % (", ".join("%s: `%s`" % (l, d) for (l, _), d in
+                                                 zip(runs, dirs)), F.rule_text()), ""]
+    md += F.merged_table(merged, labels)
+    text = "\n".join(md) + "\n"
+    with open(os.path.join(out, "findings.md"), "w") as fh:
+        fh.write(text)
+    with open(os.path.join(out, "findings.json"), "w") as fh:
+        json.dump({"variants": labels, "runs": dirs, "findings": merged}, fh, indent=1)
+    return text

@@ -1,0 +1,208 @@
+"""A study run's outputs in --out (write): one report per experiment (fixed/, ramp/, streams/:
+the report deploy/report writes, from the run's steps), the findings, the plots, study.md (the
+findings and the tables), study.json, and the check that every output CI relies on is there."""
+
+import json
+import os
+import time
+
+from .. import cgroup, findings as F, k6, k6result, report_out
+from ..report import InputError
+from . import plots, tables
+from .figures import measured_figures
+from .regimes import OPEN_MODEL_SENT
+
+EXPERIMENTS = {"fixed": ("Fixed-rate grid", "calls"), "ramp": ("Unary saturation ramp", "calls"),
+               "streams": ("Streaming ramp", "msg")}
+REPORT_FILES = ("report.md", "report.json", "p99-vs-offered.png", "goodput-vs-offered.png")
+
+
+def experiment_inputs(res, arms):
+    """{experiment: k6result.Inputs}: the fixed-rate steps of each arm and driver, each arm's
+    ramp (bench/study's measured steps), and the stream runs' k6 summaries."""
+    inputs = {exp: k6result.Inputs() for exp in EXPERIMENTS}
+    for arm in arms:
+        for s in res[arm]["fixed"]:
+            name = "%s-%s" % (arm, s["driver"].split(" ")[0])
+            inputs["fixed"].add_doc(k6result.steps_doc(name, "unary-fixed-rate",
+                                                       [dict(s, stage="fixed")],
+                                                       "grpc_req_duration"),
+                                    "fixed-%s.json" % name)
+        if res[arm]["ramp"]:
+            inputs["ramp"].add_doc(k6result.steps_doc(arm, "unary-ramp", res[arm]["ramp"],
+                                                      "grpc_req_duration"), "ramp-%s.json" % arm)
+        for run in res[arm]["streams"]:
+            inputs["streams"].add_file("%s-x%d=%s" % (arm, run["streams"], run["summary_file"]))
+    return inputs
+
+
+def experiment_reports(res, arms, out, p99_threshold_ms, problems):
+    """Each experiment's report in out/EXPERIMENT (report.md, report.json, the plots):
+    {experiment: its report.json}. What cannot be reported is a problem."""
+    reports = {}
+    todo = {exp: i for exp, i in experiment_inputs(res, arms).items() if i.sources}
+    for exp, inputs in todo.items():
+        title, unit = EXPERIMENTS[exp]
+        opts = report_out.Options(title, unit, p99_threshold_ms)
+        where = os.path.join(out, exp)
+        try:
+            results = inputs.results()
+            _, reports[exp] = report_out.write(results, where, opts)
+            report_out.plots(results, where, opts)
+        except (InputError, OSError, ValueError) as e:
+            problems.append("report %s: %s" % (exp, e))
+        except ImportError:
+            problems.append("report %s: python3-matplotlib is not installed: no plots" % exp)
+    for exp in todo:  # the outputs CI checks for
+        for name in REPORT_FILES:
+            if not os.path.exists(os.path.join(out, exp, name)):
+                problems.append("missing output %s/%s" % (exp, name))
+    return reports
+
+
+def ramp_summaries(res, arms, reports):
+    """Each arm's ramp_summary (plateau, knee, peak) from the ramp's report."""
+    for arm in arms:
+        rr = reports.get("ramp", {}).get("arms", {}).get(arm, {})
+        res[arm]["ramp_summary"] = {"plateau": rr.get("plateau_goodput"),
+                                    "knee": rr.get("knee_offered"), "peak": rr.get("peak_goodput")}
+
+
+def missing_plots(out, written, with_streams):
+    """The study's own plots that were not written."""
+    names = ["study-ramp-p99.png", "study-ramp-goodput.png", "study-ramp-slices.png"] + (
+        ["study-streams-p99.png"] if with_streams else [])
+    return ["missing output %s (python3-matplotlib?)" % name for name in names
+            if os.path.join(out, name) not in written]
+
+
+def header(run, elapsed, variant_text):
+    """study.md's title and the run's set-up: CPU model, cost and calibration, drivers, arms."""
+    plan, res, arms = run.plan, run.res, run.arms
+    vus = {a: (res[a].get("ramp_run") or {}).get("vus") for a in arms}
+    drivers = "no k6: the unary ramp on h2load (closed window)"
+    if run.drivers.k6:
+        drivers = ("k6 v%d.%d.%d: constant-arrival-rate in the fixed-rate grid (evenly spaced), "
+                   "the unary ramp open-model (ramping-arrival-rate, one continuous run, %d s "
+                   "steps, VUs pre-allocated and connected: %s), bidi-ramp.js for the streams "
+                   "(%d s steps)" % (k6.version(run.drivers.k6) + (plan.ramp_s, ", ".join(
+                       "%s %s" % (a, vus[a]) for a in arms), plan.stream_s)))
+    md = ["# echod capacity study (%s)" % ("quick" if plan.quick else "full"), "",
+          "- CPU model: %s" % run.model.text,
+          "- per-call cost (%s): the direct arm's capacity on one CPU (1e6 / its server CPU µs "
+          "per call): %.0f calls/s (calibration: %s)" % (
+              variant_text, run.cap, "; ".join(
+                  "%s -> %.1f µs/call, %.0f/s on one CPU, probe %.0f/s" % (
+                      c["cost"], c["cpu_us_per_call"], c["capacity"], c["probe_calls_per_s"])
+                  for c in run.calib)),
+          "- drivers: %s; h2load --rps in the fixed-rate grid (a timer per connection: bursts)"
+          % drivers,
+          "- arms: %s; ramp %s x capacity; %.0f s in all" % (
+              ", ".join(arms), " / ".join("%.2g" % x for x in plan.ramp_fractions), elapsed)]
+    return md + ["- note: %s" % n for n in run.notes]
+
+
+def open_model_section(run):
+    """The open model's table, the VUs per arm and the tail inside the saturated steps (empty
+    without a k6 ramp)."""
+    plan, res, arms = run.plan, run.res, run.arms
+    om = tables.open_model_table(res, arms, plan)
+    if len(om) <= 2:
+        return []
+    md = ["### Open model: sent, dropped, calls in flight", "",
+          "Sent / offered: the calls k6 started over those the step offered (%.2f or more "
+          "keeps the open model; k6 drops an iteration that finds no free VU). Busy VUs: "
+          "k6's `vus` gauge (its REST API, each second), one per call in flight on k6's "
+          "side; echod in flight: `echod_calls_in_flight` (under `direct` the backlog waits "
+          "unread in the sockets, so it stays small). p99 x goodput: Little's law on the p99, "
+          "an upper bound of the calls in flight; the study's is the same bound on its "
+          "figures. k6 CPU and RSS: its process over the step." % OPEN_MODEL_SENT, ""] + om
+    runs = [(a, res[a]["ramp_run"]) for a in arms if res[a].get("ramp_run")]
+    md += ["", "VUs per arm (pre-allocated; sized for the backlog of an arm serving the "
+           "calls/s given; each given one call before the first step, the warm-up, because "
+           "a VU's first call costs k6 twice a later one) and k6's own "
+           "`dropped_iterations` over the whole run: %s." %
+           "; ".join("%s %d VUs for %.0f/s (needed %d; warm-up %s), dropped %d" % (
+               a, run["vus"], run["vus_sized_for"], run["vus_needed"],
+               "%d calls in %d s" % (run["warmup"]["iterations"], run["warmup"]["seconds"])
+               if run.get("warmup") else "none",
+               run["k6_dropped_iterations"]) for a, run in runs)]
+    sl = tables.slices_table(res, arms, plan)
+    if sl:
+        md += ["", "### The tail inside the saturated steps", "",
+               "p99 of the calls sent in each %d s of a step (by when they were due):" %
+               plan.slice_s, ""] + sl + ["", "![p99 per slice](study-ramp-slices.png)"]
+    return md + [""]
+
+
+def markdown(run, found, elapsed, variant_text, problems):
+    """study.md."""
+    plan, res, arms = run.plan, run.res, run.arms
+    unary_plateau = {a: res[a]["ramp_summary"]["plateau"] or res[a]["ramp_summary"]["peak"]
+                     for a in arms}
+    md = header(run, elapsed, variant_text)
+    md += ["", "## Findings", ""] + tables.findings_md(found, variant_text)
+    md += ["", "## Fixed-rate grid (%.0f calls/s, 10%% of capacity)" % round(0.1 * run.cap), ""]
+    md += tables.fixed_table(res, arms)
+    md += ["", "![p99](fixed/p99-vs-offered.png)", "",
+           "## Unary saturation ramp", ""]
+    md += tables.ramp_table(res, arms, run.cap, plan)
+    md += ["", "![p99 vs offered, echod and the study](study-ramp-p99.png) "
+           "![goodput vs offered, echod and the study](study-ramp-goodput.png)", ""]
+    md += open_model_section(run)
+    md += ["deploy/report's plots: ![p99 vs offered](ramp/p99-vs-offered.png) "
+           "![goodput vs offered](ramp/goodput-vs-offered.png)", ""]
+    throttle = tables.throttle_table(res, arms, plan)
+    if throttle:
+        md += ["## CFS throttling per step", "",
+               "Periods of %d ms in which echod's cgroup was throttled, as echod reports its "
+               "cpu.stat (`echod_cgroup_cpu_throttled_periods_total` over "
+               "`echod_cgroup_cpu_periods_total`), and the time it was held "
+               "(`..._throttled_seconds_total`)." % (cgroup.PERIOD_US // 1000), ""] + \
+            throttle + [""]
+    md += ["## Streaming ramp", ""]
+    if run.drivers.k6:
+        md += tables.stream_table(res, arms, unary_plateau)
+        md += ["", "![p99, echod and the study](study-streams-p99.png) "
+               "![msg/s](streams/goodput-vs-offered.png) ![p99](streams/p99-vs-offered.png)", ""]
+    else:
+        md += ["skipped: no k6", ""]
+    if problems:
+        md += ["## Problems", ""] + ["- " + p for p in problems]
+    return "\n".join(md) + "\n"
+
+
+def document(run, found, elapsed, variant, variant_text, problems):
+    """study.json."""
+    args, cost, x = run.args, run.cost, run.x
+    return {"quick": run.plan.quick, "cpu_model": run.model.text, "cpu_us": x,
+            "capacity": run.cap, "calibration": run.calib, "arms": run.arms, "notes": run.notes,
+            "k6": run.drivers.k6, "top": run.plan.top, "k6_max_vus": args.k6_max_vus,
+            "k6_go_env": args.k6_go_env, "k6_max_vus_why": args.k6_max_vus_why,
+            "plan": run.plan.as_dict(), "open_model_sent": OPEN_MODEL_SENT,
+            "cost": {"variant": variant, "text": variant_text, "cpu_us": x,
+                     "model": cost.relpath(), "units": cost.units and cost.scaled(x),
+                     "stream_capacity": cost.stream_capacity(x, run.cap)},
+            "findings": found, "verdict_rule": F.rule_text(), "elapsed_s": elapsed,
+            "prometheus": run.prometheus.directory if run.prometheus else None,
+            "results": run.res, "problems": problems}
+
+
+def write(run, t_start):
+    """A finished run's outputs in --out: the experiments' reports, the findings, the plots,
+    study.md and study.json (what is missing is a problem of the run). Returns study.md."""
+    args, res, arms, problems = run.args, run.res, run.arms, run.problems
+    reports = experiment_reports(res, arms, args.out, args.p99_threshold_ms, problems)
+    ramp_summaries(res, arms, reports)
+    variant, variant_text = run.cost.variant(run.x)
+    found = F.compute(measured_figures(res, arms, run.cap, run.x, run.cost.name == "flat"),
+                      variant)
+    written = plots.study_plots(res, arms, run.cap, run.plan, args.out)
+    problems += missing_plots(args.out, written, run.drivers.k6)
+    elapsed = time.monotonic() - t_start
+    text = markdown(run, found, elapsed, variant_text, problems)
+    with open(os.path.join(args.out, "study.md"), "w") as fh:
+        fh.write(text)
+    with open(os.path.join(args.out, "study.json"), "w") as fh:
+        json.dump(document(run, found, elapsed, variant, variant_text, problems), fh, indent=1)
+    return text

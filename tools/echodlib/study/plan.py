@@ -1,0 +1,63 @@
+"""A study run's durations and steps: the full run, --quick (what CI runs), --step-seconds and
+--top."""
+
+import math
+
+DEFAULT_ARMS = ["direct", "direct-drain", "virtual", "cached"]
+# the study's ramp, 400 ... 2,400 calls/s as multiples of its 2,000 calls/s
+RAMP_FRACTIONS = [0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.2]
+CAPACITY = 1000.0  # --capacity: direct's calls/s on one CPU
+QUICK_CAPACITY = 500.0  # --quick's
+
+
+class Plan:
+    """Durations (seconds) and steps (multiples of capacity) of a full run or of --quick."""
+
+    def __init__(self, quick, step_s=None, top=1.2):
+        self.quick = quick
+        self.top = top
+        self.calib_rounds = 1 if quick else 3
+        self.calib_s = 2 if quick else 5
+        self.probe_s = 1 if quick else 3
+        self.fixed_s = 2 if quick else 30
+        above = [round(1.2 + 0.1 * k, 3) for k in range(1, 100) if 1.2 + 0.1 * k < top - 1e-9]
+        self.ramp_fractions = ([0.4] if quick else RAMP_FRACTIONS[:-1]) + [1.2] + above + \
+            ([round(top, 3)] if top > 1.2 + 1e-9 else [])
+        self.ramp_s = 2 if quick else 15
+        # bidi-ramp.js steps linearly: 0.3, 0.6, ... to the first step at or past --top (--quick:
+        # half of it, then all of it)
+        self.stream_fractions = [round(top / 2, 3), round(top, 3)] if quick else \
+            [round(0.3 * k, 3) for k in range(1, int(math.ceil(top / 0.3 - 1e-9)) + 1)]
+        self.stream_s = 1 if quick else 10
+        self.stream_counts = [20] if quick else [20, 40]
+        if step_s:  # a longer step buys precision at the knee with time
+            self.ramp_s = self.stream_s = step_s
+            self.fixed_s = max(self.fixed_s, step_s)
+        # the p99 of the calls sent in each fifth of a step (at least 1 s)
+        self.slice_s = max(1, int(round(self.ramp_s / 5.0)))
+
+    def ramp_rates(self, capacity):
+        """The unary ramp's calls/s against a server of `capacity`."""
+        return [round(x * capacity) for x in self.ramp_fractions]
+
+    def stream_rates(self, stream_capacity):
+        """The stream ramp's msg/s: bidi-ramp.js steps linearly (START, START + STEP, ...), so
+        the fractions of `stream_capacity` rounded as its first two steps fall."""
+        first = round(stream_capacity * self.stream_fractions[0])
+        step = round(stream_capacity * self.stream_fractions[1]) - first
+        return [first + k * step for k in range(len(self.stream_fractions))]
+
+    def estimate_s(self, arms, ramp_setup_s=0.0):
+        """Seconds the steps themselves take, and the ramp's set-up per arm (the regime's:
+        k6's VUs, their connections and warm-up); calibration and start-up add a few per
+        cent."""
+        per_arm = (2 * self.fixed_s + self.probe_s + len(self.ramp_fractions) * self.ramp_s
+                   + len(self.stream_counts) * len(self.stream_fractions) * self.stream_s
+                   + ramp_setup_s)
+        return self.calib_rounds * (self.calib_s + 1) + arms * per_arm
+
+    def as_dict(self):
+        """study.json's `plan`."""
+        return {"ramp_fractions": self.ramp_fractions, "ramp_s": self.ramp_s,
+                "slice_s": self.slice_s, "stream_fractions": self.stream_fractions,
+                "stream_s": self.stream_s, "fixed_s": self.fixed_s}

@@ -1,0 +1,170 @@
+"""One study run: the calibration, then each arm in turn through the three experiments (the
+fixed-rate grid, the unary ramp, the stream ramp), and the checks that every call succeeded.
+
+The server is started here (echod with an arm's configuration, server.start_echod) and handed
+to the drivers as a server.Target: they measure whatever server the Target names.
+"""
+
+import os
+
+from .. import fmt, paths
+from . import log
+from .cost import calibrate
+from .server import Window, echod_target, start_echod
+
+
+class Run:
+    """A run's state: its options (bench/study's: echod, cost, capacity, cpu_us, k6_max_vus,
+    k6_go_env, k6_max_vus_why), arms and notes, its Plan, regime, CPU model, Drivers, the
+    study's Prometheus (or None) and scratch directory; once calibrated, the synthetic cost x,
+    direct's capacity cap and the calibration's rounds; its results per arm (res, as
+    study.json holds them) and problems."""
+
+    def __init__(self, args, arms, notes, plan, regime, model, drivers, prometheus, workdir):
+        self.args = args
+        self.cost = args.cost
+        self.arms = arms
+        self.notes = notes
+        self.plan = plan
+        self.regime = regime
+        self.model = model
+        self.drivers = drivers
+        self.prometheus = prometheus
+        self.workdir = workdir
+        self.x = self.cap = self.calib = None
+        self.res = {}
+        self.problems = []
+
+    def start_echod(self, arm, x, name):
+        return start_echod(self.args.echod, self.model,
+                           os.path.join(paths.ROOT, "config", "arms", arm + ".yaml"),
+                           self.cost.sets(x), os.path.join(self.workdir, "echod-%s.log" % name),
+                           self.prometheus, name)
+
+    def calibrate(self):
+        """x, cap and calib: cost.calibrate on the direct arm."""
+        def measure(x, i):
+            d = self.start_echod("direct", x, "calibrate-%d" % i)
+            try:
+                target = echod_target(d)
+                self.drivers.capacity(target, 1)  # warm-up
+                win = Window(target)
+                rps = self.drivers.capacity(target, self.plan.calib_s)
+                win.close()
+            finally:
+                d.stop()
+                d.close_log()
+            return win.cpu_s, win.ok_calls, rps
+        self.x, self.cap, self.calib = calibrate(self.cost, self.args.capacity,
+                                                 self.plan.calib_rounds, measure, self.args.cpu_us)
+        return self.x, self.cap
+
+    def run_arm(self, arm):
+        """One arm through the three experiments: its results (also in self.res[arm]); a
+        driver's failure is a problem, and the arm goes on with the next experiment."""
+        x, cap = self.x, self.cap
+        log("== %s" % arm)
+        r = self.res[arm] = {"fixed": [], "ramp": [], "streams": []}
+        d = self.start_echod(arm, x, arm)
+        try:
+            target = echod_target(d)
+            # a closed-loop probe (and warm-up): what the arm's ramp VUs are sized for, within
+            # 0.9-1.1x of the calibrated capacity (the CPU clock's: on a busy machine the probe
+            # measures the machine, and a backlog sized on it would ask for far more VUs than
+            # an arm of this capacity can build)
+            r["capacity_probe"] = probe = self.drivers.capacity(target, self.plan.probe_s)
+            mu = min(max(probe, 0.9 * cap), 1.1 * cap)
+            log("  capacity probe: %.0f calls/s%s" % (probe, "" if mu == probe else
+                                                       " (VUs sized for %.0f)" % mu))
+            r["fixed"] = self.fixed_grid(target, arm, cap)
+            r["ramp"] = self.unary_ramp(target, arm, cap, mu, r)
+            if self.drivers.k6:
+                r["streams"] = self.stream_ramps(target, arm, x, cap)
+        finally:
+            err = d.stop()
+            d.close_log()
+            if err:
+                self.problems.append("%s: echod %s:\n%s" % (arm, err, d.log_tail()))
+        return r
+
+    def fixed_grid(self, target, arm, cap):
+        """10% of capacity on k6 (when there is one), then on h2load."""
+        out = []
+        rate = round(0.1 * cap)
+        for drv in (["k6"] if self.drivers.k6 else []) + ["h2load"]:
+            s = self.drivers.fixed(target, arm, rate, self.plan.fixed_s, self.problems, drv)
+            log("  fixed %d/s (%s): p50 %s ms, p99 %s ms, %s µs/call" % (
+                rate, drv, fmt.num(s["p50_ms"], 2), fmt.num(s["p99_ms"], 2),
+                fmt.num(s["cpu_us_per_call"])))
+            out.append(s)
+        return out
+
+    def unary_ramp(self, target, arm, cap, mu, r):
+        """The ramp's steps: one k6 run held by the regime (its run in r["ramp_run"]), or
+        without k6 a closed window of h2load per step."""
+        plan = self.plan
+        rates = plan.ramp_rates(cap)
+        steps = []
+        if not self.drivers.k6:
+            for i, frac in enumerate(plan.ramp_fractions):
+                s = self.drivers.fixed(target, arm, rates[i], plan.ramp_s, self.problems, "h2load")
+                s.update(stage="s%02d" % (i + 1), fraction=frac, answered=s["ok"])
+                log("  ramp %.2gx = %d/s (h2load): goodput %.0f/s, p99 %s ms" % (
+                    frac, s["offered"], s["ok"] / s["duration_s"], fmt.num(s["p99_ms"], 2)))
+                steps.append(s)
+            return steps
+        try:
+            steps, r["ramp_run"] = self.drivers.ramp(target, arm, plan, rates,
+                                                     self.regime.ramp(rates, mu))
+        except RuntimeError as e:
+            self.problems.append("%s, unary ramp: %s" % (arm, e))
+        for s in steps:
+            log("  ramp %.2gx = %d/s: sent %.3f (dropped %d), goodput %.0f/s, p99 %s ms, busy "
+                "VUs %s, echod in flight %s, k6 %s cores %s MB" % (
+                    s["fraction"], s["offered"], s["sent_ratio"], s["dropped"],
+                    s["answered"] / s["duration_s"], fmt.num(s["p99_ms"], 2),
+                    fmt.num(s["busy_vus_max"], 0), fmt.num(s["echod_in_flight_max"], 0),
+                    fmt.num(s["k6_cores"], 2), fmt.num(s["k6_rss_mb"], 0)))
+        return steps
+
+    def stream_ramps(self, target, arm, x, cap):
+        """bidi-ramp.js at each stream count, its steps fractions of the stream capacity."""
+        out = []
+        rates = self.plan.stream_rates(self.cost.stream_capacity(x, cap))
+        for n in self.plan.stream_counts:
+            try:
+                run = self.drivers.streams(target, arm, n, rates, self.plan.stream_s)
+            except RuntimeError as e:
+                self.problems.append("%s, %d streams: %s" % (arm, n, e))
+                continue
+            log("  streams x%d: %s" % (n, ", ".join(
+                "%.0f->%.0f msg/s p99 %s ms shed %.0f/s" % (
+                    s["offered"], s["answered"] / s["duration_s"], fmt.num(s["p99_ms"]),
+                    s["dropped"] / s["duration_s"]) for s in run["steps"])))
+            out.append(run)
+        return out
+
+
+def call_problems(res, arms):
+    """Every call must have succeeded (a client's abandonment at a run's end is not a
+    failure): the steps and runs where one did not."""
+    out = []
+    for arm in arms:
+        for s in res[arm]["fixed"] + res[arm]["ramp"]:
+            if s["failed"]:
+                out.append("%s, %s at %.0f/s: %d calls failed (echod: %r%s)" % (
+                    arm, s["driver"], s["offered"], s["failed"], s["server_codes"],
+                    "; %d k6 iterations threw, e.g. %s" % (s["k6_errors"], s["k6_error"])
+                    if s.get("k6_errors") else ""))
+        run = res[arm].get("ramp_run")
+        if run and (run["server_failed"] or run["k6_errors"]):
+            out.append("%s, unary ramp: echod ended %d calls with %r%s" % (
+                arm, run["server_failed"], run["server_codes"], "; k6: %s" % run["k6_error"]
+                if run["k6_error"] else ""))
+        for run in res[arm]["streams"]:
+            bad = sum(s["failed"] for s in run["steps"]) + run["server_failed"]
+            if bad or run["k6_errors"]:
+                out.append("%s, %d streams: %d messages failed%s" % (
+                    arm, run["streams"], bad, "; k6: %s" % run["k6_error"] if run["k6_error"]
+                    else ""))
+    return out
