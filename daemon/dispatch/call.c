@@ -122,6 +122,13 @@ const echod_registry_t *echod_call_registry(const echod_call_t *call)
     return call->dispatcher->registry;
 }
 
+void echod_call_draw_work(echod_call_t *call, echod_drawn_t *out)
+{
+    const echod_config_t *cfg = call->dispatcher->cfg;
+    echod_draw_work(&call->spec.work, &call->spec.draws, cfg->work.max_cpu_ms * 1000, cfg->work.max_sleep_ms * 1000,
+                    out);
+}
+
 /* --- admission: server policy, on the home thread once HEADERS is complete --- */
 
 echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_over_t *over, char **work_error)

@@ -106,13 +106,14 @@ int echod_echo_validate(const uint8_t *p, size_t len)
  */
 static echod_msg_t *work_then_reply(echod_call_t *call, echod_msg_t *msg)
 {
-    int status = echod_work_run(call, &call->spec.work);
+    int status = echod_work_run(call);
     if (status != 0) {
         echod_msg_free(msg);
         echod_call_close(call, status, "echod-status: failing on purpose");
         return NULL;
     }
-    return call->spec.work.response_bytes >= 0 ? echod_work_reshape_echo(msg, call->spec.work.response_bytes) : msg;
+    int64_t bytes = echod_call_work(call)->response_bytes;
+    return bytes >= 0 ? echod_work_reshape_echo(msg, bytes) : msg;
 }
 
 /* The marshaller's check: an invalid EchoRequest ends the call (0 to go on). */

@@ -7,11 +7,11 @@
 #include "util/err.h"
 #include "work/burn.h"
 
-int echod_work_run(echod_call_t *call, const echod_work_t *work)
+int echod_work_run(echod_call_t *call)
 {
-    const echod_config_t *cfg = echod_call_config(call);
+    const echod_work_t *work = echod_call_work(call);
     echod_drawn_t d;
-    echod_draw_work(work, &call->spec.draws, cfg->work.max_cpu_ms * 1000, cfg->work.max_sleep_ms * 1000, &d);
+    echod_call_draw_work(call, &d);
     echod_burn_ns(d.cpu_us * 1000);
     echod_call_sleep(call, (uint32_t)d.sleep_us);
     if (work->error_rate > 0.0)

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <nghttp2/nghttp2.h>
-#include "transport/conn.h"
+#include "transport/conn_internal.h"
 #include "transport/frame_scan.h"
 #include "transport/stream.h"
 #include "transport/stream_ids.h"
@@ -494,7 +494,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     if (s == NULL)
         return 0;
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
-        s->recv = ECHOD_RECV_END_STREAM;
+        echod_stream_end_received(s);
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
         echod_stream_headers_done(s);
         return 0;
