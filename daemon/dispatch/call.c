@@ -6,6 +6,7 @@
 #include "dispatch/call.h"
 #include "util/clock.h"
 #include "util/err.h"
+#include "util/limit.h"
 
 /* --- lifetime --- */
 
@@ -55,6 +56,22 @@ void echod_call_init(echod_call_t *call, const echod_call_ops_t *ops, const echo
     ECHOD_COUNT(echod_metrics.calls_in_flight);
 }
 
+/*
+ * calls_admitted: under limits.max_calls_in_flight, a shared gauge reserved atomically, so no two
+ * loops admit past the limit together (util/limit.h); without one, a gauge like any other. +1
+ * returns 0 at the limit. Any thread.
+ */
+static int admitted_add(uint32_t limit, int n)
+{
+    if (limit == 0)
+        ECHOD_ADD(echod_metrics.calls_admitted, n);
+    else if (n > 0)
+        return echod_limit_reserve(&echod_metrics.calls_admitted, limit, &echod_metrics.calls_admitted_peak);
+    else
+        echod_limit_release(&echod_metrics.calls_admitted);
+    return 1;
+}
+
 void echod_call_retain(echod_call_t *call)
 {
     atomic_fetch_add_explicit(&call->refs, 1, memory_order_relaxed);
@@ -68,7 +85,7 @@ void echod_call_release(echod_call_t *call)
     echod_codec_free(call->h.codec);
     free(call->work_error);
     if (call->admitted)
-        echod_metrics_add_admitted(-1);
+        admitted_add(call->dispatcher->cfg->limits.max_calls_in_flight, -1);
     ECHOD_ADD(echod_metrics.calls_in_flight, -1);
     call->ops->free(call);
 }
@@ -142,8 +159,7 @@ echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_over_t *over
         /* before any step: the call switches to the inline runner on its loop */
         echod_serializer_init(&call->serializer, d->exec, d->exec_metrics, ECHOD_SER_INLINE);
     } else {
-        uint32_t limit = cfg->limits.max_calls_in_flight;
-        if (limit != 0 && atomic_load_explicit(&echod_metrics.calls_admitted, memory_order_relaxed) >= limit) {
+        if (!admitted_add(cfg->limits.max_calls_in_flight, 1)) {
             ECHOD_COUNT(echod_metrics.calls_shed);
             if (m != NULL) {
                 /* as a load-shedding interceptor would: started and handled, never run */
@@ -153,7 +169,6 @@ echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_over_t *over
             return ECHOD_ADMIT_SHED;
         }
         call->admitted = 1;
-        echod_metrics_add_admitted(1);
     }
     if (cfg->work.allow_metadata_overrides) {
         call->work_error = *work_error;

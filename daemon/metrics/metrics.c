@@ -251,14 +251,6 @@ void echod_metrics_add_slow(_Atomic uint64_t *field, uint64_t n)
     atomic_fetch_add_explicit(field, n, memory_order_relaxed);
 }
 
-void echod_metrics_add_admitted(int64_t n)
-{
-    if (metrics_cfg != NULL && metrics_cfg->limits.max_calls_in_flight != 0)
-        atomic_fetch_add_explicit(&echod_metrics.calls_admitted, n, memory_order_relaxed);
-    else
-        ECHOD_ADD(echod_metrics.calls_admitted, n);
-}
-
 void echod_histogram_observe(echod_histogram_t *h, uint64_t value)
 {
     if (h->bounds == NULL)
@@ -627,6 +619,9 @@ static void render_calls(mbuf_t *b)
     family(b, "echod_calls_admitted", "gauge",
            "Calls counted against limits.max_calls_in_flight (health calls are not).");
     mbuf_printf(b, "echod_calls_admitted %" PRId64 "\n", load_signed(&echod_metrics.calls_admitted));
+    family(b, "echod_calls_admitted_peak", "gauge",
+           "The highest echod_calls_admitted under limits.max_calls_in_flight (never above it; 0 without a limit).");
+    mbuf_printf(b, "echod_calls_admitted_peak %" PRId64 "\n", load_signed(&echod_metrics.calls_admitted_peak));
     family(b, "echod_calls_shed_total", "counter",
            "Calls refused with RESOURCE_EXHAUSTED by limits.max_calls_in_flight.");
     mbuf_printf(b, "echod_calls_shed_total %" PRIu64 "\n", load(&echod_metrics.calls_shed));
@@ -635,6 +630,9 @@ static void render_calls(mbuf_t *b)
     mbuf_printf(b, "echod_deadline_expired_queued_total %" PRIu64 "\n", load(&echod_metrics.deadline_expired_queued));
     family(b, "echod_connections", "gauge", "Open gRPC connections.");
     mbuf_printf(b, "echod_connections %" PRId64 "\n", load_signed(&echod_metrics.connections));
+    family(b, "echod_connections_peak", "gauge",
+           "The most gRPC connections open at once (never above limits.max_connections).");
+    mbuf_printf(b, "echod_connections_peak %" PRId64 "\n", load_signed(&echod_metrics.connections_peak));
     family(b, "echod_connections_total", "counter", "gRPC connections accepted.");
     mbuf_printf(b, "echod_connections_total %" PRIu64 "\n", load(&echod_metrics.connections_total));
     family(b, "echod_goaways_sent_total", "counter", "GOAWAY frames sent.");

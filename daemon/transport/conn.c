@@ -8,6 +8,8 @@
 #include "transport/stream.h"
 #include "transport/stream_ids.h"
 #include "util/clock.h"
+#include "util/err.h"
+#include "util/limit.h"
 #include "util/log.h"
 
 /* Above this many unsent bytes, stop asking nghttp2 for more until the socket drains. */
@@ -681,7 +683,7 @@ static void conn_close(echod_conn_t *conn)
     h2o_linklist_unlink(&conn->link);
     h2o_socket_close(conn->sock);
     conn->sock = NULL;
-    atomic_fetch_sub_explicit(&echod_metrics.connections, 1, memory_order_relaxed);
+    echod_limit_release(&echod_metrics.connections);
     echod_conn_release(conn);
 }
 
@@ -850,18 +852,14 @@ static void on_handshake(h2o_socket_t *sock, const char *err)
 
 void echod_conn_accept(echod_loop_t *loop, h2o_socket_t *sock)
 {
-    echod_conn_t *conn = calloc(1, sizeof(*conn));
-    if (conn == NULL) {
-        h2o_socket_close(sock);
-        return;
-    }
-    uint32_t max = loop->server->cfg->limits.max_connections;
-    if (max != 0 && atomic_load_explicit(&echod_metrics.connections, memory_order_relaxed) >= (int64_t)max) {
+    /* reserved before anything else: two loops never accept past the limit together */
+    if (!echod_limit_reserve(&echod_metrics.connections, loop->server->cfg->limits.max_connections,
+                             &echod_metrics.connections_peak)) {
         ECHOD_COUNT(echod_metrics.connections_closed[ECHOD_CLOSE_LIMIT]);
         h2o_socket_close(sock);
-        free(conn);
         return;
     }
+    echod_conn_t *conn = echod_must(calloc(1, sizeof(*conn)), "connection");
     int one = 1;
     setsockopt(h2o_socket_get_fd(sock), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     conn->loop = loop;
@@ -874,7 +872,6 @@ void echod_conn_accept(echod_loop_t *loop, h2o_socket_t *sock)
     if (loop->server->cfg->transport.handshake_timeout_ms != 0)
         h2o_timeout_link(loop->evloop, &loop->handshake, &conn->guard_entry);
     h2o_linklist_insert(&loop->conns, &conn->link);
-    atomic_fetch_add_explicit(&echod_metrics.connections, 1, memory_order_relaxed); /* shared: the limit reads it */
     ECHOD_COUNT(echod_metrics.connections_total);
     if (loop->server->ssl_ctx != NULL)
         h2o_socket_ssl_handshake(sock, loop->server->ssl_ctx, NULL, on_handshake);
