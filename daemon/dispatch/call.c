@@ -236,12 +236,12 @@ static void count_encoding(echod_direction_t dir, echod_encoding_t enc, uint32_t
         ECHOD_ADD(em->payload_bytes, payload);
 }
 
-static int codec_ready(echod_call_t *call)
+static echod_codec_t *codec_of(echod_call_t *call)
 {
     if (call->h.codec == NULL)
         call->h.codec = echod_codec_new(call->in_encoding, call->out_encoding,
                                         (int)call->dispatcher->cfg->transport.compression.level);
-    return call->h.codec != NULL;
+    return call->h.codec;
 }
 
 /*
@@ -254,8 +254,7 @@ static echod_msg_t *call_inflate(echod_call_t *call, echod_msg_t *msg)
 {
     uint32_t max = call->dispatcher->cfg->transport.max_receive_message_bytes;
     echod_msg_t *out = NULL;
-    echod_inflate_status_t st =
-        codec_ready(call) ? echod_codec_inflate(call->h.codec, msg, max, &out) : ECHOD_INFLATE_NO_MEMORY;
+    echod_inflate_status_t st = echod_codec_inflate(codec_of(call), msg, max, &out);
     if (st == ECHOD_INFLATE_OK)
         count_encoding(ECHOD_DIRECTION_RECEIVED, call->in_encoding, msg->len, out->len);
     echod_msg_free(msg);
@@ -265,10 +264,9 @@ static echod_msg_t *call_inflate(echod_call_t *call, echod_msg_t *msg)
     char text[160];
     const char *enc = echod_encoding_name(call->in_encoding);
     int code = ECHOD_INTERNAL;
-    if (st == ECHOD_INFLATE_TOO_LARGE || st == ECHOD_INFLATE_NO_MEMORY) {
+    if (st == ECHOD_INFLATE_TOO_LARGE) {
         code = ECHOD_RESOURCE_EXHAUSTED;
-        snprintf(text, sizeof(text), "Decompressed %s message larger than max (%u bytes)%s", enc, max,
-                 st == ECHOD_INFLATE_NO_MEMORY ? ": out of memory" : "");
+        snprintf(text, sizeof(text), "Decompressed %s message larger than max (%u bytes)", enc, max);
     } else {
         snprintf(text, sizeof(text), "Could not decompress %s message: %s", enc, echod_inflate_status_str(st));
     }
@@ -284,8 +282,8 @@ static echod_msg_t *call_encode(echod_call_t *call, echod_msg_t *msg)
 {
     echod_msg_t *out;
     if (call->out_encoding == ECHOD_ENCODING_IDENTITY ||
-        msg->len < call->dispatcher->cfg->transport.compression.min_bytes || !codec_ready(call) ||
-        (out = echod_codec_deflate(call->h.codec, msg)) == NULL) {
+        msg->len < call->dispatcher->cfg->transport.compression.min_bytes ||
+        (out = echod_codec_deflate(codec_of(call), msg)) == NULL) {
         count_encoding(ECHOD_DIRECTION_SENT, ECHOD_ENCODING_IDENTITY, msg->len, msg->len);
         return msg;
     }

@@ -22,6 +22,7 @@
 #include "grpc/status.h"
 #include "metrics/metrics.h"
 #include "util/cgroup.h"
+#include "util/err.h"
 
 echod_metrics_t echod_metrics;
 _Thread_local echod_metrics_t *echod_metrics_shard;
@@ -217,7 +218,8 @@ static echod_metrics_t *shard_take(void)
             shard = atomic_load_explicit(&shards[i], memory_order_relaxed);
         }
     }
-    if (shard == NULL && n < ECHOD_METRICS_MAX_SHARDS && (shard = calloc(1, sizeof(*shard))) != NULL) {
+    if (shard == NULL && n < ECHOD_METRICS_MAX_SHARDS) {
+        shard = echod_must(calloc(1, sizeof(*shard)), "metrics shard");
         shard_taken[n] = 1;
         /* release: a renderer that sees the count sees the (zeroed) shard behind it */
         atomic_store_explicit(&shards[n], shard, memory_order_release);
@@ -282,7 +284,7 @@ typedef struct {
     char *base;
     size_t len;
     size_t cap;
-    int failed; /* an allocation failed: the result is discarded */
+    int failed; /* a format failed (vsnprintf): the result is discarded */
 } mbuf_t;
 
 static int mbuf_reserve(mbuf_t *b, size_t extra)
@@ -294,12 +296,7 @@ static int mbuf_reserve(mbuf_t *b, size_t extra)
     size_t cap = b->cap != 0 ? b->cap : 16384;
     while (cap < b->len + extra + 1)
         cap *= 2;
-    char *p = realloc(b->base, cap);
-    if (p == NULL) {
-        b->failed = 1;
-        return -1;
-    }
-    b->base = p;
+    b->base = echod_must(realloc(b->base, cap), "metrics text");
     b->cap = cap;
     return 0;
 }
@@ -579,8 +576,8 @@ Exit:
 static void render_encodings(mbuf_t *b)
 {
     static const char *const dirs[ECHOD_DIRECTION__COUNT] = {"received", "sent"};
-    static const char *const failures[] = {"ok", "too_large", "corrupt", "truncated", "no_memory"};
-    _Static_assert(sizeof(failures) / sizeof(failures[0]) == ECHOD_INFLATE_NO_MEMORY + 1, "one name per status");
+    static const char *const failures[] = {"ok", "too_large", "corrupt", "truncated"};
+    _Static_assert(sizeof(failures) / sizeof(failures[0]) == ECHOD_INFLATE_TRUNCATED + 1, "one name per status");
     family(b, "echod_grpc_encoding_messages_total", "counter",
            "gRPC messages by direction and grpc-encoding on the wire (an uncompressed message is identity).");
     for (int d = 0; d < ECHOD_DIRECTION__COUNT; d++)
@@ -607,7 +604,7 @@ static void render_encodings(mbuf_t *b)
     family(
         b, "echod_grpc_inflate_failures_total", "counter",
         "Compressed request messages that failed to inflate, by reason (too_large: over max_receive_message_bytes).");
-    for (int i = ECHOD_INFLATE_TOO_LARGE; i <= ECHOD_INFLATE_NO_MEMORY; i++)
+    for (int i = ECHOD_INFLATE_TOO_LARGE; i <= ECHOD_INFLATE_TRUNCATED; i++)
         mbuf_printf(b, "echod_grpc_inflate_failures_total{reason=\"%s\"} %" PRIu64 "\n", failures[i],
                     load(&echod_metrics.inflate_failures[i]));
 }

@@ -120,7 +120,7 @@ typedef struct {
     _Atomic uint64_t connections_closed[ECHOD_CLOSE__COUNT]; /* by the server's own guards */
     _Atomic uint64_t header_lists_too_large;
     echod_encoding_metrics_t encodings[ECHOD_DIRECTION__COUNT][ECHOD_ENCODING__COUNT];
-    _Atomic uint64_t inflate_failures[ECHOD_INFLATE_NO_MEMORY + 1]; /* by echod_inflate_status_t (OK unused) */
+    _Atomic uint64_t inflate_failures[ECHOD_INFLATE_TRUNCATED + 1]; /* by echod_inflate_status_t (OK unused) */
     _Atomic uint64_t streams_refused;        /* RST_STREAM(REFUSED_STREAM) sent: above max_concurrent_streams */
     _Atomic uint64_t drain_streams_open;     /* open when shutdown began */
     _Atomic uint64_t drain_streams_finished; /* of those, ended on their own */

@@ -5,6 +5,7 @@
 #include "services/adapters.h"
 #include "echo.pb-c.h"
 #include "services/echo.h"
+#include "services/pb.h"
 #include "services/work.h"
 #include "util/err.h"
 
@@ -144,9 +145,7 @@ typedef struct {
 
 static void server_streaming_start(echod_call_t *call)
 {
-    call->h.state = calloc(1, sizeof(stream_out_t));
-    if (call->h.state == NULL)
-        echod_call_close(call, ECHOD_RESOURCE_EXHAUSTED, "Out of memory");
+    call->h.state = echod_must(calloc(1, sizeof(stream_out_t)), "ServerStreamingEcho state");
 }
 
 static void server_streaming_invoke(echod_call_t *call, echod_msg_t *req)
@@ -199,7 +198,7 @@ static void client_streaming_message(echod_call_t *call, echod_msg_t *msg)
     concat_t *c = call->h.state;
     Grpc__Examples__Echo__EchoRequest *req =
         echod_echo_validate(echod_msg_payload(msg), msg->len)
-            ? grpc__examples__echo__echo_request__unpack(NULL, msg->len, echod_msg_payload(msg))
+            ? grpc__examples__echo__echo_request__unpack(&echod_pb_allocator, msg->len, echod_msg_payload(msg))
             : NULL;
     echod_msg_free(msg);
     if (req == NULL) {
@@ -211,7 +210,7 @@ static void client_streaming_message(echod_call_t *call, echod_msg_t *msg)
      * long enough would grow this without limit (and past the 32-bit gRPC length) */
     uint32_t max = echod_call_config(call)->transport.max_receive_message_bytes;
     if (c->len + n > max) {
-        grpc__examples__echo__echo_request__free_unpacked(req, NULL);
+        grpc__examples__echo__echo_request__free_unpacked(req, &echod_pb_allocator);
         char text[160];
         snprintf(text, sizeof(text), "Concatenation larger than max (transport.max_receive_message_bytes %u)", max);
         echod_call_close(call, ECHOD_RESOURCE_EXHAUSTED, text);
@@ -221,19 +220,13 @@ static void client_streaming_message(echod_call_t *call, echod_msg_t *msg)
         size_t cap = c->cap == 0 ? 256 : c->cap;
         while (cap < c->len + n)
             cap *= 2;
-        char *data = realloc(c->data, cap);
-        if (data == NULL) {
-            grpc__examples__echo__echo_request__free_unpacked(req, NULL);
-            echod_call_close(call, ECHOD_RESOURCE_EXHAUSTED, "Out of memory");
-            return;
-        }
-        c->data = data;
+        c->data = echod_must(realloc(c->data, cap), "ClientStreamingEcho concatenation");
         c->cap = cap;
     }
     if (n != 0) /* an empty message before any text: c->data is still NULL, and memcpy(NULL, .., 0) is UB */
         memcpy(c->data + c->len, req->message, n);
     c->len += n;
-    grpc__examples__echo__echo_request__free_unpacked(req, NULL);
+    grpc__examples__echo__echo_request__free_unpacked(req, &echod_pb_allocator);
     echod_call_request(call, 1);
 }
 

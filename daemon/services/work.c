@@ -3,6 +3,7 @@
 #include "echo.pb-c.h"
 #include "dispatch/call.h"
 #include "grpc/status.h"
+#include "services/pb.h"
 #include "services/work.h"
 #include "util/err.h"
 #include "work/burn.h"
@@ -22,7 +23,7 @@ int echod_work_run(echod_call_t *call)
 echod_msg_t *echod_work_reshape_echo(echod_msg_t *req, int64_t response_bytes)
 {
     Grpc__Examples__Echo__EchoRequest *in =
-        grpc__examples__echo__echo_request__unpack(NULL, req->len, echod_msg_payload(req));
+        grpc__examples__echo__echo_request__unpack(&echod_pb_allocator, req->len, echod_msg_payload(req));
     echod_msg_free(req);
     size_t want = (size_t)response_bytes, have = in != NULL ? strlen(in->message) : 0;
     char *text = echod_must(malloc(want + 1), "echod-response-bytes response"); /* capped by work.max_response_bytes */
@@ -35,7 +36,7 @@ echod_msg_t *echod_work_reshape_echo(echod_msg_t *req, int64_t response_bytes)
     memset(text + keep, '.', want - keep);
     text[want] = '\0';
     if (in != NULL)
-        grpc__examples__echo__echo_request__free_unpacked(in, NULL);
+        grpc__examples__echo__echo_request__free_unpacked(in, &echod_pb_allocator);
     Grpc__Examples__Echo__EchoResponse resp = GRPC__EXAMPLES__ECHO__ECHO_RESPONSE__INIT;
     resp.message = text;
     size_t size = grpc__examples__echo__echo_response__get_packed_size(&resp);

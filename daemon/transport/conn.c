@@ -76,17 +76,14 @@ void echod_conn_release(echod_conn_t *conn)
     }
 }
 
-/* n more bytes at the end of b, to be written by the caller; NULL when out of memory */
+/* n more bytes at the end of b, to be written by the caller */
 static uint8_t *bytes_reserve(bytes_t *b, size_t n)
 {
     if (b->len + n > b->cap) {
         size_t cap = b->cap < 16384 ? 16384 : b->cap;
         while (cap < b->len + n)
             cap *= 2;
-        uint8_t *d = realloc(b->data, cap);
-        if (d == NULL)
-            return NULL;
-        b->data = d;
+        b->data = echod_must(realloc(b->data, cap), "connection output");
         b->cap = cap;
     }
     b->len += n;
@@ -419,8 +416,6 @@ static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const ui
     (void)frame;
     echod_conn_t *conn = user_data;
     uint8_t *dst = bytes_reserve(&conn->out, 9 + length);
-    if (dst == NULL)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
     memcpy(dst, framehd, 9);
     echod_stream_copy_data(source->ptr, dst + 9, length);
     return 0;
@@ -432,8 +427,6 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
     echod_stream_t *s = echod_stream_new(conn, frame->hd.stream_id);
-    if (s == NULL)
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     s->next_in_conn = conn->streams;
     if (conn->streams != NULL)
         conn->streams->prev_in_conn = s;
@@ -558,8 +551,6 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
     (void)flags;
     echod_conn_t *conn = user_data;
     uint8_t *dst = bytes_reserve(&conn->out, length);
-    if (dst == NULL)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
     memcpy(dst, data, length);
     return (ssize_t)length;
 }
@@ -747,10 +738,11 @@ void echod_conn_cut(echod_conn_t *conn)
     echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);
 }
 
-/* nghttp2's allocator: the loop's pool (a session lives on its loop thread only) */
+/* nghttp2's allocator: the loop's pool (a session lives on its loop thread only); nghttp2 never
+ * sees NULL (util/err.h: running out of memory aborts) */
 static void *pool_malloc(size_t size, void *pool)
 {
-    return echod_pool_malloc(pool, size);
+    return echod_must(echod_pool_malloc(pool, size), "HTTP/2 session");
 }
 
 static void pool_free(void *ptr, void *pool)
@@ -760,12 +752,12 @@ static void pool_free(void *ptr, void *pool)
 
 static void *pool_calloc(size_t n, size_t size, void *pool)
 {
-    return echod_pool_calloc(pool, n, size);
+    return echod_must(echod_pool_calloc(pool, n, size), "HTTP/2 session");
 }
 
 static void *pool_realloc(void *ptr, size_t size, void *pool)
 {
-    return echod_pool_realloc(pool, ptr, size);
+    return echod_must(echod_pool_realloc(pool, ptr, size), "HTTP/2 session");
 }
 
 static int session_start(echod_conn_t *conn)

@@ -130,8 +130,8 @@ struct echod_stream {
     h2o_timeout_entry_t deadline; /* linked while a grpc-timeout runs */
 };
 
-/* A new stream for a request HEADERS (from the loop's pool; NULL when out of memory). It holds
- * the transport's reference to its call and one to conn. */
+/* A new stream for a request HEADERS, from the loop's pool. It holds the transport's reference to
+ * its call and one to conn. */
 echod_stream_t *echod_stream_new(struct echod_conn *conn, int32_t id);
 
 /* nghttp2's on_header callback: one request header field, counted against max_header_list_bytes. */
