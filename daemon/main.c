@@ -21,6 +21,7 @@
 #include "util/listen.h"
 #include "transport/tls.h"
 #include "util/log.h"
+#include "util/err.h"
 
 #ifndef ECHOD_VERSION
 #define ECHOD_VERSION "dev"
@@ -78,7 +79,8 @@ int main(int argc, char **argv)
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     int check_only = 0;
-    char **sets = calloc((size_t)argc, sizeof(*sets)), **paths = calloc((size_t)argc, sizeof(*paths));
+    char **sets = echod_must(calloc((size_t)argc, sizeof(*sets)), "arguments");
+    char **paths = echod_must(calloc((size_t)argc, sizeof(*paths)), "arguments");
     size_t nsets = 0, npaths = 0;
     int c;
     while ((c = getopt_long(argc, argv, "c:s:vh", opts, NULL)) != -1) {

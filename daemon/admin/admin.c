@@ -28,6 +28,7 @@
 #include "metrics/exposition.h"
 #include "util/h2o_compat.h"
 #include "util/http1.h"
+#include "util/err.h"
 #include "util/listen.h"
 #include "util/log.h"
 
@@ -245,11 +246,7 @@ static void *admin_main(void *arg)
 
 echod_admin_t *echod_admin_start(const char *addr, char *err, size_t errlen)
 {
-    echod_admin_t *admin = calloc(1, sizeof(*admin));
-    if (admin == NULL) {
-        snprintf(err, errlen, "admin listener %s: out of memory", addr);
-        return NULL;
-    }
+    echod_admin_t *admin = echod_must(calloc(1, sizeof(*admin)), "admin listener");
     snprintf(admin->addr, sizeof(admin->addr), "%s", addr);
     char why[256];
     if ((admin->fd = echod_listen(addr, ECHOD_LISTEN_NONBLOCK, &admin->port, why, sizeof(why))) == -1) {

@@ -338,19 +338,12 @@ static const key_def_t root_key = SECTION_KEY("", top_keys);
 /* Config is built once at startup; there is nothing sensible to do without memory. */
 static char *xstrdup(const char *s)
 {
-    char *p = strdup(s);
-    if (p == NULL) {
-        echod_oom("config string");
-    }
-    return p;
+    return echod_must(strdup(s), "config string");
 }
 
 static void *xrealloc(void *p, size_t n)
 {
-    p = realloc(p, n);
-    if (p == NULL) {
-        echod_oom("config array");
-    }
+    p = echod_must(realloc(p, n), "config array");
     return p;
 }
 

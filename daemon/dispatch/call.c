@@ -7,6 +7,7 @@
 #include "metrics/metrics.h"
 #include "util/clock.h"
 #include "util/err.h"
+#include "util/limit.h"
 
 /* --- lifetime --- */
 
@@ -56,6 +57,22 @@ void echod_call_init(echod_call_t *call, const echod_call_ops_t *ops, const echo
     ECHOD_COUNT(echod_metrics.calls_in_flight);
 }
 
+/*
+ * calls_admitted: under limits.max_calls_in_flight, a shared gauge reserved atomically, so no two
+ * loops admit past the limit together (util/limit.h); without one, a gauge like any other. +1
+ * returns 0 at the limit. Any thread.
+ */
+static int admitted_add(uint32_t limit, int n)
+{
+    if (limit == 0)
+        ECHOD_ADD(echod_metrics.calls_admitted, n);
+    else if (n > 0)
+        return echod_limit_reserve(&echod_metrics.calls_admitted, limit, &echod_metrics.calls_admitted_peak);
+    else
+        echod_limit_release(&echod_metrics.calls_admitted);
+    return 1;
+}
+
 void echod_call_retain(echod_call_t *call)
 {
     atomic_fetch_add_explicit(&call->refs, 1, memory_order_relaxed);
@@ -69,7 +86,7 @@ void echod_call_release(echod_call_t *call)
     echod_codec_free(call->h.codec);
     free(call->work_error);
     if (call->admitted)
-        echod_metrics_add_admitted(-1);
+        admitted_add(call->dispatcher->cfg->limits.max_calls_in_flight, -1);
     ECHOD_ADD(echod_metrics.calls_in_flight, -1);
     call->ops->free(call);
 }
@@ -123,6 +140,13 @@ const echod_registry_t *echod_call_registry(const echod_call_t *call)
     return call->dispatcher->registry;
 }
 
+void echod_call_draw_work(echod_call_t *call, echod_drawn_t *out)
+{
+    const echod_config_t *cfg = call->dispatcher->cfg;
+    echod_draw_work(&call->spec.work, &call->spec.draws, cfg->work.max_cpu_ms * 1000, cfg->work.max_sleep_ms * 1000,
+                    out);
+}
+
 /* --- admission: server policy, on the home thread once HEADERS is complete --- */
 
 echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_over_t *over, char **work_error)
@@ -136,8 +160,7 @@ echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_over_t *over
         /* before any step: the call switches to the inline runner on its loop */
         echod_serializer_init(&call->serializer, d->exec, d->exec_metrics, ECHOD_SER_INLINE);
     } else {
-        uint32_t limit = cfg->limits.max_calls_in_flight;
-        if (limit != 0 && atomic_load_explicit(&echod_metrics.calls_admitted, memory_order_relaxed) >= limit) {
+        if (!admitted_add(cfg->limits.max_calls_in_flight, 1)) {
             ECHOD_COUNT(echod_metrics.calls_shed);
             if (m != NULL) {
                 /* as a load-shedding interceptor would: started and handled, never run */
@@ -147,7 +170,6 @@ echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_over_t *over
             return ECHOD_ADMIT_SHED;
         }
         call->admitted = 1;
-        echod_metrics_add_admitted(1);
     }
     if (cfg->work.allow_metadata_overrides) {
         call->work_error = *work_error;
@@ -215,12 +237,12 @@ static void count_encoding(echod_direction_t dir, echod_encoding_t enc, uint32_t
         ECHOD_ADD(em->payload_bytes, payload);
 }
 
-static int codec_ready(echod_call_t *call)
+static echod_codec_t *codec_of(echod_call_t *call)
 {
     if (call->h.codec == NULL)
         call->h.codec = echod_codec_new(call->in_encoding, call->out_encoding,
                                         (int)call->dispatcher->cfg->transport.compression.level);
-    return call->h.codec != NULL;
+    return call->h.codec;
 }
 
 /*
@@ -233,8 +255,7 @@ static echod_msg_t *call_inflate(echod_call_t *call, echod_msg_t *msg)
 {
     uint32_t max = call->dispatcher->cfg->transport.max_receive_message_bytes;
     echod_msg_t *out = NULL;
-    echod_inflate_status_t st =
-        codec_ready(call) ? echod_codec_inflate(call->h.codec, msg, max, &out) : ECHOD_INFLATE_NO_MEMORY;
+    echod_inflate_status_t st = echod_codec_inflate(codec_of(call), msg, max, &out);
     if (st == ECHOD_INFLATE_OK)
         count_encoding(ECHOD_DIRECTION_RECEIVED, call->in_encoding, msg->len, out->len);
     echod_msg_free(msg);
@@ -244,10 +265,9 @@ static echod_msg_t *call_inflate(echod_call_t *call, echod_msg_t *msg)
     char text[160];
     const char *enc = echod_encoding_name(call->in_encoding);
     int code = ECHOD_INTERNAL;
-    if (st == ECHOD_INFLATE_TOO_LARGE || st == ECHOD_INFLATE_NO_MEMORY) {
+    if (st == ECHOD_INFLATE_TOO_LARGE) {
         code = ECHOD_RESOURCE_EXHAUSTED;
-        snprintf(text, sizeof(text), "Decompressed %s message larger than max (%u bytes)%s", enc, max,
-                 st == ECHOD_INFLATE_NO_MEMORY ? ": out of memory" : "");
+        snprintf(text, sizeof(text), "Decompressed %s message larger than max (%u bytes)", enc, max);
     } else {
         snprintf(text, sizeof(text), "Could not decompress %s message: %s", enc, echod_inflate_status_str(st));
     }
@@ -263,8 +283,8 @@ static echod_msg_t *call_encode(echod_call_t *call, echod_msg_t *msg)
 {
     echod_msg_t *out;
     if (call->out_encoding == ECHOD_ENCODING_IDENTITY ||
-        msg->len < call->dispatcher->cfg->transport.compression.min_bytes || !codec_ready(call) ||
-        (out = echod_codec_deflate(call->h.codec, msg)) == NULL) {
+        msg->len < call->dispatcher->cfg->transport.compression.min_bytes ||
+        (out = echod_codec_deflate(codec_of(call), msg)) == NULL) {
         count_encoding(ECHOD_DIRECTION_SENT, ECHOD_ENCODING_IDENTITY, msg->len, msg->len);
         return msg;
     }

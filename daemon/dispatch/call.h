@@ -38,7 +38,8 @@ typedef struct echod_call echod_call_t;
 typedef struct echod_call_ops {
     void (*request)(echod_call_t *call, uint32_t n);
     void (*send)(echod_call_t *call, echod_msg_t *msg); /* ownership passes */
-    /* timing: the echod-timing trailer value (NULL or "" for none), owned by the call */
+    /* timing: the echod-timing trailer value (NULL or "" for none), in the call's own memory: the
+     * transport keeps the pointer, whichever thread closed, until the trailers are sent */
     void (*close)(echod_call_t *call, int code, const char *message, const char *timing);
     /* makes on_ready due again and pumps, unless the stream is gone by then */
     void (*wake_ready)(echod_call_t *call);
@@ -175,6 +176,14 @@ void echod_call_wake_ready(echod_call_t *call);
 /* The server's config and methods, read-only. */
 const echod_config_t *echod_call_config(const echod_call_t *call);
 const echod_registry_t *echod_call_registry(const echod_call_t *call);
+/* The call's synthetic work (work/spec.h): the config's and the echod-* headers', read-only. */
+static inline const echod_work_t *echod_call_work(const echod_call_t *call)
+{
+    return &call->spec.work;
+}
+/* One handler run's CPU, sleep and failure drawn from the call's work (work/draw.h), within
+ * work.max_cpu_ms and max_sleep_ms: each draw advances the call's draws. */
+void echod_call_draw_work(echod_call_t *call, echod_drawn_t *out);
 /*
  * Sleeps `us` microseconds (echod-sleep-us). On a virtual thread it parks, freeing the carrier,
  * and a cancel wakes it early; on any other thread it blocks the thread for the whole time.

@@ -4,6 +4,7 @@
 #include <string.h>
 #include "dispatch/dispatcher.h"
 #include "metrics/exposition.h"
+#include "util/err.h"
 
 /*
  * Stock grpc-java (ServerImpl.streamCreatedInternal): the reentrancy-safe inline runner for
@@ -40,7 +41,7 @@ int echod_dispatcher_init(echod_dispatcher_t *d, const echod_config_t *cfg, cons
     echod_exec_set_observer(d->exec, echod_metrics_observe_queue_wait, d->exec_metrics);
 
     if (cfg->dispatch.per_method_count != 0)
-        d->per_method = calloc(cfg->dispatch.per_method_count, sizeof(*d->per_method));
+        d->per_method = echod_must(calloc(cfg->dispatch.per_method_count, sizeof(*d->per_method)), "per_method");
     for (size_t i = 0; i != cfg->dispatch.per_method_count; i++) {
         const echod_per_method_t *pm = &cfg->dispatch.per_method[i];
         const echod_method_t *m = echod_method_find(reg, pm->method, strlen(pm->method));

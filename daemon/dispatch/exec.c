@@ -21,9 +21,8 @@ static _Thread_local echod_exec_t *current_exec;
 void *echod_exec__alloc_lines(size_t size)
 {
     size_t rounded = (size + ECHOD_EXEC_CACHE_LINE - 1) / ECHOD_EXEC_CACHE_LINE * ECHOD_EXEC_CACHE_LINE;
-    void *p = aligned_alloc(ECHOD_EXEC_CACHE_LINE, rounded);
-    if (p != NULL)
-        memset(p, 0, rounded);
+    void *p = echod_must(aligned_alloc(ECHOD_EXEC_CACHE_LINE, rounded), "executor");
+    memset(p, 0, rounded);
     return p;
 }
 
@@ -51,11 +50,7 @@ echod_exec_t *echod_exec_create(const echod_exec_config_t *cfg, const char *name
 
     switch (cfg->mode) {
     case ECHOD_EXEC_DIRECT: {
-        echod_exec_t *exec = malloc(sizeof(*exec));
-        if (exec == NULL) {
-            echod_set_err(err, errlen, "executor: out of memory");
-            return NULL;
-        }
+        echod_exec_t *exec = echod_must(malloc(sizeof(*exec)), "executor");
         echod_exec__init(exec, NULL, ECHOD_EXEC_DIRECT, name);
         exec->sequential = 1;
         return exec;

@@ -288,9 +288,7 @@ static void *worker_main(void *arg)
  */
 static int spawn(cached_t *c, echod_task_t *task, unsigned index)
 {
-    cached_worker_t *w = calloc(1, sizeof(*w));
-    if (w == NULL)
-        return ENOMEM;
+    cached_worker_t *w = echod_must(calloc(1, sizeof(*w)), "cached worker");
     atomic_init(&w->park, PARK_AWAKE);
     atomic_init(&w->wakers, 1); /* ours, until we stop reading `started` */
     atomic_init(&w->started, 0);
@@ -433,10 +431,6 @@ echod_exec_t *echod_exec__cached_create(const char *name, unsigned max_threads, 
         return NULL;
     }
     cached_t *c = echod_exec__alloc_lines(sizeof(*c));
-    if (c == NULL) {
-        echod_set_err(err, errlen, "executor cached: out of memory");
-        return NULL;
-    }
     echod_exec__init(&c->super, &cached_ops, ECHOD_EXEC_CACHED, name);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->all_exited, NULL);

@@ -154,14 +154,12 @@ static const echod_exec_ops_t fixed_ops = {
 
 echod_exec_t *echod_exec__fixed_create(const char *name, unsigned threads, char *err, size_t errlen)
 {
-    fixed_t *f = echod_exec__alloc_lines(sizeof(*f));
-    fixed_worker_t *workers = calloc(threads, sizeof(*workers));
-    if (threads == 0 || f == NULL || workers == NULL) {
-        echod_set_err(err, errlen, "executor fixed: %s", threads == 0 ? "threads must be at least 1" : "out of memory");
-        free(workers);
-        free(f);
+    if (threads == 0) {
+        echod_set_err(err, errlen, "executor fixed: threads must be at least 1");
         return NULL;
     }
+    fixed_t *f = echod_exec__alloc_lines(sizeof(*f));
+    fixed_worker_t *workers = echod_must(calloc(threads, sizeof(*workers)), "fixed workers");
     echod_exec__init(&f->super, &fixed_ops, ECHOD_EXEC_FIXED, name);
     /* One thread draining one FIFO runs tasks one at a time, in order: the serializer may skip itself. */
     f->super.sequential = threads == 1;

@@ -54,7 +54,8 @@ struct echod_exec {
 /* Keeps a lock-guarded queue head and the lines its workers write apart. */
 #define ECHOD_EXEC_CACHE_LINE 64
 
-/* Zeroed memory aligned to, and a whole number of, cache lines (for structs with _Alignas members). */
+/* Zeroed memory aligned to, and a whole number of, cache lines (for structs with _Alignas members);
+ * never NULL (util/err.h). */
 void *echod_exec__alloc_lines(size_t size);
 
 /* Fills the common header; name is copied (a NULL name becomes "echod-<mode>"). */

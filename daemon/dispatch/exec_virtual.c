@@ -216,20 +216,16 @@ static void heap_down(vexec_t *vx, size_t i)
     heap_set(vx, i, v);
 }
 
-static int heap_push(vexec_t *vx, vt_t *v)
+static void heap_push(vexec_t *vx, vt_t *v)
 {
     if (vx->nheap == vx->heap_cap) {
         size_t cap = vx->heap_cap != 0 ? 2 * vx->heap_cap : 64;
-        vt_t **h = realloc(vx->heap, cap * sizeof(*h));
-        if (h == NULL)
-            return -1;
-        vx->heap = h;
+        vx->heap = echod_must(realloc(vx->heap, cap * sizeof(*vx->heap)), "virtual thread timers");
         vx->heap_cap = cap;
     }
     vx->heap[vx->nheap] = v;
     v->heap_index = vx->nheap++;
     heap_up(vx, v->heap_index);
-    return 0;
 }
 
 static void heap_remove(vexec_t *vx, vt_t *v)
@@ -262,10 +258,7 @@ static void file_parked(vexec_t *vx, vt_t *v)
     int wake_now = vx->stopping || atomic_load_explicit(s->cancelled, memory_order_seq_cst);
     if (!wake_now) {
         v->state = VT_PARKED;
-        /* no room for one more timer: treat the sleep as a yield rather than lose the fiber */
-        wake_now = heap_push(vx, v) != 0;
-    }
-    if (!wake_now) {
+        heap_push(vx, v);
         s->parked = v;
         if (v->heap_index == 0)
             pthread_cond_signal(&vx->timer_wake);
@@ -339,12 +332,7 @@ static void mount_run(echod_task_t *task)
 static void vx_submit(echod_exec_t *exec, echod_task_t *task)
 {
     vexec_t *vx = (vexec_t *)exec;
-    vt_t *v = calloc(1, sizeof(*v));
-    if (v == NULL) {
-        /* not even the struct: a plain carrier task, as workstealing would run it */
-        echod_exec_submit(vx->carriers, task);
-        return;
-    }
+    vt_t *v = echod_must(calloc(1, sizeof(*v)), "virtual thread");
     v->owner = vx;
     v->task = task;
     v->state = VT_NEW;
@@ -552,10 +540,6 @@ echod_exec_t *echod_exec__virtual_create(const char *name, unsigned threads, siz
         return NULL;
     }
     vexec_t *vx = echod_exec__alloc_lines(sizeof(*vx));
-    if (vx == NULL) {
-        echod_set_err(err, errlen, "executor virtual: out of memory");
-        return NULL;
-    }
     echod_exec__init(&vx->super, &vx_ops, ECHOD_EXEC_VIRTUAL, name);
     long page = sysconf(_SC_PAGESIZE);
     vx->page = page > 0 ? (size_t)page : 4096;

@@ -314,13 +314,6 @@ echod_exec_t *echod_exec__workstealing_create(const char *name, unsigned threads
     ws_t *ws = echod_exec__alloc_lines(sizeof(*ws));
     ws_queue_t *queues = echod_exec__alloc_lines(sizeof(*queues) * 2 * threads);
     ws_carrier_t *carriers = echod_exec__alloc_lines(sizeof(*carriers) * threads);
-    if (ws == NULL || queues == NULL || carriers == NULL) {
-        echod_set_err(err, errlen, "executor workstealing: out of memory");
-        free(carriers);
-        free(queues);
-        free(ws);
-        return NULL;
-    }
     echod_exec__init(&ws->super, &ws_ops, ECHOD_EXEC_WORKSTEALING, name);
     ws->ncarriers = threads;
     ws->nqueues = 2 * threads;

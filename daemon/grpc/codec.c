@@ -2,6 +2,7 @@
 #include <string.h>
 #include <zlib.h>
 #include "grpc/codec.h"
+#include "util/err.h"
 
 /* zlib's windowBits: 15 is the zlib wrapper (RFC 1950), +16 the gzip one (RFC 1952). */
 #define CODEC_WBITS_ZLIB 15
@@ -12,12 +13,10 @@
 /* A scratch buffer above this is freed after its message rather than kept for the next. */
 #define CODEC_KEEP_SCRATCH (64 * 1024)
 
-typedef enum { CODEC_STREAM_UNUSED = 0, CODEC_STREAM_READY, CODEC_STREAM_FAILED } codec_stream_state_t;
-
 struct echod_codec {
     echod_encoding_t inflate_enc, deflate_enc;
     int level;
-    codec_stream_state_t inflate_state, deflate_state;
+    int inflate_ready, deflate_ready; /* the z_stream is initialised */
     z_stream in, out;
     uint8_t *scratch; /* inflate output, kept across the messages of a stream */
     size_t scratch_cap;
@@ -36,7 +35,6 @@ const char *const echod_inflate_status_names[] = {
     [ECHOD_INFLATE_TOO_LARGE] = "too_large",
     [ECHOD_INFLATE_CORRUPT] = "corrupt",
     [ECHOD_INFLATE_TRUNCATED] = "truncated",
-    [ECHOD_INFLATE_NO_MEMORY] = "no_memory",
 };
 _Static_assert(sizeof(echod_inflate_status_names) / sizeof(echod_inflate_status_names[0]) == ECHOD_INFLATE__COUNT,
                "a name per inflate status");
@@ -97,8 +95,6 @@ const char *echod_inflate_status_str(echod_inflate_status_t st)
         return "corrupt compressed message";
     case ECHOD_INFLATE_TRUNCATED:
         return "truncated compressed message";
-    case ECHOD_INFLATE_NO_MEMORY:
-        return "out of memory while decompressing";
     case ECHOD_INFLATE__COUNT:
         break;
     }
@@ -112,9 +108,7 @@ static int codec_wbits(echod_encoding_t enc)
 
 echod_codec_t *echod_codec_new(echod_encoding_t inflate_enc, echod_encoding_t deflate_enc, int level)
 {
-    echod_codec_t *c = calloc(1, sizeof(*c));
-    if (c == NULL)
-        return NULL;
+    echod_codec_t *c = echod_must(calloc(1, sizeof(*c)), "codec");
     c->inflate_enc = inflate_enc;
     c->deflate_enc = deflate_enc;
     c->level = level;
@@ -125,41 +119,38 @@ void echod_codec_free(echod_codec_t *c)
 {
     if (c == NULL)
         return;
-    if (c->inflate_state == CODEC_STREAM_READY)
+    if (c->inflate_ready)
         inflateEnd(&c->in);
-    if (c->deflate_state == CODEC_STREAM_READY)
+    if (c->deflate_ready)
         deflateEnd(&c->out);
     free(c->scratch);
     free(c);
 }
 
-/* The inflater, initialised by the first message and reset for each later one: a z_stream's
- * 32 KiB window is allocated once per call, not once per message. */
-static int codec_inflate_begin(echod_codec_t *c)
+/*
+ * The inflater, initialised by the first message and reset for each later one: a z_stream's
+ * 32 KiB window is allocated once per call, not once per message. zlib's init fails only without
+ * memory (the version and parameters are fixed here), and a reset not at all on a stream that
+ * init set up.
+ */
+static void codec_inflate_begin(echod_codec_t *c)
 {
-    if (c->inflate_state == CODEC_STREAM_READY)
-        return inflateReset(&c->in) == Z_OK ? 0 : -1;
-    if (c->inflate_state == CODEC_STREAM_FAILED)
-        return -1;
-    memset(&c->in, 0, sizeof(c->in));
-    if (inflateInit2(&c->in, codec_wbits(c->inflate_enc)) != Z_OK) {
-        c->inflate_state = CODEC_STREAM_FAILED;
-        return -1;
+    if (c->inflate_ready) {
+        inflateReset(&c->in);
+        return;
     }
-    c->inflate_state = CODEC_STREAM_READY;
-    return 0;
+    memset(&c->in, 0, sizeof(c->in));
+    if (inflateInit2(&c->in, codec_wbits(c->inflate_enc)) != Z_OK)
+        echod_oom("zlib inflater");
+    c->inflate_ready = 1;
 }
 
-static int codec_scratch_grow(echod_codec_t *c, size_t want)
+static void codec_scratch_grow(echod_codec_t *c, size_t want)
 {
     if (want == 0 || c->scratch_cap >= want)
-        return 0;
-    uint8_t *p = realloc(c->scratch, want);
-    if (p == NULL)
-        return -1;
-    c->scratch = p;
+        return;
+    c->scratch = echod_must(realloc(c->scratch, want), "inflated message");
     c->scratch_cap = want;
-    return 0;
 }
 
 static size_t codec_first_guess(size_t in_len, uint32_t max)
@@ -178,8 +169,7 @@ static echod_inflate_status_t codec_run_inflate(echod_codec_t *c, const uint8_t 
     size_t cap = codec_first_guess(len, max);
     uint8_t probe;
     *have = 0;
-    if (codec_scratch_grow(c, cap) != 0)
-        return ECHOD_INFLATE_NO_MEMORY;
+    codec_scratch_grow(c, cap);
     cap = c->scratch_cap < max ? c->scratch_cap : max; /* a kept scratch is used up to the cap */
     z->next_in = (Bytef *)data;
     z->avail_in = (uInt)len; /* a message is at most max_receive_message_bytes, below 2^31 */
@@ -187,8 +177,7 @@ static echod_inflate_status_t codec_run_inflate(echod_codec_t *c, const uint8_t 
         int probing = *have == cap && cap == max;
         if (*have == cap && !probing) {
             size_t grow = cap * 2 < max ? cap * 2 : max;
-            if (codec_scratch_grow(c, grow) != 0)
-                return ECHOD_INFLATE_NO_MEMORY;
+            codec_scratch_grow(c, grow);
             cap = grow;
         }
         /* At the cap, one more byte of output proves the message too large: it goes to a probe
@@ -203,8 +192,8 @@ static echod_inflate_status_t codec_run_inflate(echod_codec_t *c, const uint8_t 
             *have += before_out - z->avail_out;
         if (rc == Z_STREAM_END)
             return z->avail_in == 0 ? ECHOD_INFLATE_OK : ECHOD_INFLATE_CORRUPT;
-        if (rc == Z_MEM_ERROR)
-            return ECHOD_INFLATE_NO_MEMORY;
+        if (rc == Z_MEM_ERROR) /* its window, allocated by the first inflate that needs it */
+            echod_oom("zlib inflate window");
         if (rc != Z_OK && rc != Z_BUF_ERROR)
             return ECHOD_INFLATE_CORRUPT; /* Z_DATA_ERROR, Z_NEED_DICT, Z_STREAM_ERROR */
         /* Input used up with output room left: the message ended before the stream did. */
@@ -218,15 +207,12 @@ static echod_inflate_status_t codec_run_inflate(echod_codec_t *c, const uint8_t 
 echod_inflate_status_t echod_codec_inflate(echod_codec_t *c, const echod_msg_t *in, uint32_t max, echod_msg_t **out)
 {
     *out = NULL;
-    if (codec_inflate_begin(c) != 0)
-        return ECHOD_INFLATE_NO_MEMORY;
+    codec_inflate_begin(c);
     size_t have = 0;
     echod_inflate_status_t st = codec_run_inflate(c, in->frame + ECHOD_GRPC_PREFIX, in->len, max, &have);
     if (st == ECHOD_INFLATE_OK) {
-        *out = echod_msg_try_new((uint32_t)have);
-        if (*out == NULL)
-            st = ECHOD_INFLATE_NO_MEMORY;
-        else if (have != 0)
+        *out = echod_msg_new((uint32_t)have);
+        if (have != 0)
             memcpy(echod_msg_payload(*out), c->scratch, have);
     }
     if (c->scratch_cap > CODEC_KEEP_SCRATCH) {
@@ -237,32 +223,27 @@ echod_inflate_status_t echod_codec_inflate(echod_codec_t *c, const echod_msg_t *
     return st;
 }
 
-static int codec_deflate_begin(echod_codec_t *c)
+/* As codec_inflate_begin (the level is the config's, 1..9). */
+static void codec_deflate_begin(echod_codec_t *c)
 {
-    if (c->deflate_state == CODEC_STREAM_READY)
-        return deflateReset(&c->out) == Z_OK ? 0 : -1;
-    if (c->deflate_state == CODEC_STREAM_FAILED)
-        return -1;
-    memset(&c->out, 0, sizeof(c->out));
-    if (deflateInit2(&c->out, c->level, Z_DEFLATED, codec_wbits(c->deflate_enc), 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-        c->deflate_state = CODEC_STREAM_FAILED;
-        return -1;
+    if (c->deflate_ready) {
+        deflateReset(&c->out);
+        return;
     }
-    c->deflate_state = CODEC_STREAM_READY;
-    return 0;
+    memset(&c->out, 0, sizeof(c->out));
+    if (deflateInit2(&c->out, c->level, Z_DEFLATED, codec_wbits(c->deflate_enc), 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        echod_oom("zlib deflater");
+    c->deflate_ready = 1;
 }
 
 echod_msg_t *echod_codec_deflate(echod_codec_t *c, const echod_msg_t *in)
 {
-    if (codec_deflate_begin(c) != 0)
-        return NULL;
+    codec_deflate_begin(c);
     z_stream *z = &c->out;
     uLong bound = deflateBound(z, in->len);
     if (bound > UINT32_MAX)
         return NULL;
-    echod_msg_t *msg = echod_msg_try_new((uint32_t)bound);
-    if (msg == NULL)
-        return NULL;
+    echod_msg_t *msg = echod_msg_new((uint32_t)bound);
     z->next_in = (Bytef *)(in->frame + ECHOD_GRPC_PREFIX);
     z->avail_in = in->len;
     z->next_out = echod_msg_payload(msg);

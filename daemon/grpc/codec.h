@@ -44,7 +44,7 @@ const char *echod_inflate_status_str(echod_inflate_status_t st);
 typedef struct echod_codec echod_codec_t;
 
 /* inflate_enc: the request's grpc-encoding; deflate_enc: the response's. level: zlib's 1..9.
- * NULL when out of memory. */
+ * Running out of memory here, or in zlib, aborts (util/err.h). */
 echod_codec_t *echod_codec_new(echod_encoding_t inflate_enc, echod_encoding_t deflate_enc, int level);
 /* NULL is a no-op. */
 void echod_codec_free(echod_codec_t *codec);
@@ -59,7 +59,8 @@ echod_inflate_status_t echod_codec_inflate(echod_codec_t *codec, const echod_msg
                                            echod_msg_t **out);
 
 /* The payload of `in` compressed with the codec's response encoding, as a new message with the
- * compressed flag set; `in` stays the caller's. NULL when out of memory or zlib fails. */
+ * compressed flag set; `in` stays the caller's. NULL if it cannot be one message (over 4 GiB
+ * bound) or zlib fails to finish (a zlib bug): the caller sends it uncompressed. */
 echod_msg_t *echod_codec_deflate(echod_codec_t *codec, const echod_msg_t *in);
 
 #endif

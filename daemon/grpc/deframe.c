@@ -17,18 +17,18 @@ static void deframe_write_prefix(uint8_t *p, uint8_t flag, uint32_t len)
     p[4] = (uint8_t)len;
 }
 
+/* Never NULL: out of memory aborts (util/err.h). */
 static echod_msg_t *deframe_alloc(uint32_t len)
 {
 #if SIZE_MAX <= UINT32_MAX
     /* On 32-bit targets a payload near 4 GiB would wrap the size passed to malloc. */
     if (len > SIZE_MAX - sizeof(echod_msg_t) - ECHOD_GRPC_PREFIX)
-        return NULL;
+        echod_oom("gRPC message");
 #endif
     /* The thread's pool on a loop (a read batch allocates many messages, and glibc's thread cache
      * holds 7 blocks of a size: the rest went to _int_free), malloc on a worker. */
-    echod_msg_t *msg = echod_pool_thread_malloc(sizeof(echod_msg_t) + ECHOD_GRPC_PREFIX + (size_t)len);
-    if (msg == NULL)
-        return NULL;
+    echod_msg_t *msg =
+        echod_must(echod_pool_thread_malloc(sizeof(echod_msg_t) + ECHOD_GRPC_PREFIX + (size_t)len), "gRPC message");
     msg->next = NULL;
     msg->len = len;
     return msg;
@@ -36,17 +36,8 @@ static echod_msg_t *deframe_alloc(uint32_t len)
 
 echod_msg_t *echod_msg_new(uint32_t len)
 {
-    /* a response the handler must send: nothing sensible to do without memory */
-    echod_msg_t *msg = echod_must(deframe_alloc(len), "gRPC message");
-    deframe_write_prefix(msg->frame, 0, len);
-    return msg;
-}
-
-echod_msg_t *echod_msg_try_new(uint32_t len)
-{
     echod_msg_t *msg = deframe_alloc(len);
-    if (msg != NULL)
-        deframe_write_prefix(msg->frame, 0, len);
+    deframe_write_prefix(msg->frame, 0, len);
     return msg;
 }
 
@@ -117,9 +108,6 @@ static echod_deframe_status_t deframe_start(echod_deframer_t *d)
         return deframe_fail(d, ECHOD_DEFRAME_TOO_LARGE, len);
 
     echod_msg_t *msg = deframe_alloc(len);
-    /* The enum has no out-of-memory value; running out of memory for a message is RESOURCE_EXHAUSTED too. */
-    if (msg == NULL)
-        return deframe_fail(d, ECHOD_DEFRAME_TOO_LARGE, len);
     memcpy(msg->frame, d->prefix, ECHOD_GRPC_PREFIX);
     d->prefix_have = 0;
 

@@ -28,11 +28,8 @@ struct echod_msg {
 };
 
 /* A message whose payload is `len` bytes, prefix filled in (flag 0), payload uninitialised.
- * For handlers: out of memory aborts, as for every per-call allocation outside the deframer
- * (which turns a message it cannot hold into RESOURCE_EXHAUSTED). */
+ * Out of memory aborts (util/err.h), here and in the deframer. */
 echod_msg_t *echod_msg_new(uint32_t len);
-/* Like echod_msg_new, but NULL when out of memory: for the inflater, which turns that into a status. */
-echod_msg_t *echod_msg_try_new(uint32_t len);
 /* Rewrites the 5-byte prefix (flag, length) and msg->len: a message may shrink in place, never grow. */
 void echod_msg_set_prefix(echod_msg_t *msg, uint8_t flag, uint32_t len);
 /* A copy of data as an uncompressed message; NULL when len does not fit a gRPC frame (4 GiB). */

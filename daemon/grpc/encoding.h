@@ -19,7 +19,6 @@ typedef enum {
     ECHOD_INFLATE_TOO_LARGE, /* decompressed size above the cap: RESOURCE_EXHAUSTED */
     ECHOD_INFLATE_CORRUPT,   /* not a valid stream of the encoding (or bytes after its end): INTERNAL */
     ECHOD_INFLATE_TRUNCATED, /* the message ended before the compressed stream did: INTERNAL */
-    ECHOD_INFLATE_NO_MEMORY, /* RESOURCE_EXHAUSTED */
     ECHOD_INFLATE__COUNT
 } echod_inflate_status_t;
 extern const char *const echod_inflate_status_names[]; /* "ok", "too_large", ...: label values */

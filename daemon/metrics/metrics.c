@@ -11,6 +11,7 @@
 #include <string.h>
 #include "metrics/metrics.h"
 #include "metrics/metrics_internal.h"
+#include "util/err.h"
 
 echod_metrics_t echod_metrics;
 _Thread_local echod_metrics_t *echod_metrics_shard;
@@ -80,7 +81,8 @@ static echod_metrics_t *shard_take(void)
             shard = atomic_load_explicit(&shards[i], memory_order_relaxed);
         }
     }
-    if (shard == NULL && n < ECHOD_METRICS_MAX_SHARDS && (shard = calloc(1, sizeof(*shard))) != NULL) {
+    if (shard == NULL && n < ECHOD_METRICS_MAX_SHARDS) {
+        shard = echod_must(calloc(1, sizeof(*shard)), "metrics shard");
         shard_taken[n] = 1;
         /* release: a renderer that sees the count sees the (zeroed) shard behind it */
         atomic_store_explicit(&shards[n], shard, memory_order_release);
@@ -112,14 +114,6 @@ void echod_metrics_add_slow(_Atomic uint64_t *field, uint64_t n)
         }
     }
     atomic_fetch_add_explicit(field, n, memory_order_relaxed);
-}
-
-void echod_metrics_add_admitted(int64_t n)
-{
-    if (metrics_cfg != NULL && metrics_cfg->limits.max_calls_in_flight != 0)
-        atomic_fetch_add_explicit(&echod_metrics.calls_admitted, n, memory_order_relaxed);
-    else
-        ECHOD_ADD(echod_metrics.calls_admitted, n);
 }
 
 void echod_histogram_observe(echod_histogram_t *h, uint64_t value)

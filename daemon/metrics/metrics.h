@@ -12,8 +12,8 @@
  * private echod_metrics_t that only it writes, with a plain load and store; the renderer adds
  * every shard to the shared instance. The shard goes back for reuse when the thread exits (a
  * pthread key destructor), its counts kept. Past ECHOD_METRICS_MAX_SHARDS threads, a thread
- * updates the shared instance `echod_metrics` with atomic adds, as do fields read back on the
- * hot path (echod_metrics.connections and calls_admitted, for limits).
+ * updates the shared instance `echod_metrics` with atomic adds, as do the gauges under a limit
+ * (echod_metrics.connections and calls_admitted, util/limit.h) and their peaks.
  *
  * Includes only the enums that size the counters (leaf headers, each with its label values).
  */
@@ -107,10 +107,12 @@ typedef struct {
     echod_histogram_t flush_bytes;
     _Atomic int64_t calls_in_flight;
     _Atomic int64_t calls_admitted;           /* gauge: calls counted against limits.max_calls_in_flight; with a limit
-                                                 set, a shared atomic (the limit reads it), else ECHOD_ADD */
+                                                 set, a shared atomic (util/limit.h), else ECHOD_ADD */
+    _Atomic int64_t calls_admitted_peak;      /* shared: its highest value under a limit (util/limit.h) */
     _Atomic uint64_t calls_shed;              /* refused by limits.max_calls_in_flight */
     _Atomic uint64_t deadline_expired_queued; /* deadline passed before the handler started */
-    _Atomic int64_t connections;              /* a shared atomic: limits.max_connections reads it */
+    _Atomic int64_t connections;              /* shared: limits.max_connections reserves it (util/limit.h) */
+    _Atomic int64_t connections_peak;         /* shared: the most connections open at once */
     _Atomic uint64_t connections_total;
     _Atomic uint64_t goaways_sent;
     _Atomic uint64_t connections_closed[ECHOD_CLOSE__COUNT]; /* by the server's own guards */
@@ -191,9 +193,5 @@ static inline void echod_metrics_add_i64(_Atomic int64_t *field, int64_t n)
 #define ECHOD_ADD(field, n)                                                                                            \
     _Generic(&(field), _Atomic int64_t * : echod_metrics_add_i64, default : echod_metrics_add_u64)(&(field), (n))
 #define ECHOD_COUNT(field) ECHOD_ADD(field, 1)
-
-/* calls_admitted, +1 or -1: a shared atomic when limits.max_calls_in_flight is set (the limit
- * reads it per call), else like any gauge. Any thread. */
-void echod_metrics_add_admitted(int64_t n);
 
 #endif

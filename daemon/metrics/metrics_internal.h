@@ -92,7 +92,7 @@ typedef struct {
     uint64_t max_fds;
 } echod_metrics__sample_t;
 
-/* A growing text buffer; `failed` once an allocation failed (the render is then discarded). */
+/* A growing text buffer; `failed` once a format failed (vsnprintf: the render is then discarded). */
 typedef struct {
     char *base;
     size_t len, cap;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include "metrics/exposition.h"
 #include "metrics/metrics_internal.h"
+#include "util/err.h"
 
 typedef echod_metrics__buf_t buf_t;
 
@@ -25,12 +26,7 @@ static int buf_reserve(buf_t *b, size_t extra)
     size_t cap = b->cap != 0 ? b->cap : 16384;
     while (cap < b->len + extra + 1)
         cap *= 2;
-    char *p = realloc(b->base, cap);
-    if (p == NULL) {
-        b->failed = 1;
-        return -1;
-    }
-    b->base = p;
+    b->base = echod_must(realloc(b->base, cap), "metrics text");
     b->cap = cap;
     return 0;
 }

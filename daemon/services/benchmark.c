@@ -5,6 +5,7 @@
 #include "services/adapters.h"
 #include "messages.pb-c.h"
 #include "services/benchmark.h"
+#include "services/pb.h"
 #include "util/err.h"
 
 /* What one SimpleRequest asks for. */
@@ -30,7 +31,7 @@ static void plan_fail(plan_t *p, int code, const char *message)
 {
     plan_clear(p);
     p->code = code;
-    p->message = strdup(message);
+    p->message = echod_must(strdup(message), "benchmark status message");
 }
 
 static size_t varint_len(uint64_t v)
@@ -83,7 +84,8 @@ static echod_msg_t *build_response(uint32_t size)
 /* The interop server's order: the payload is checked first, then response_status decides. */
 static void plan_parse(echod_call_t *call, echod_msg_t *msg, plan_t *p)
 {
-    Grpc__Testing__SimpleRequest *req = grpc__testing__simple_request__unpack(NULL, msg->len, echod_msg_payload(msg));
+    Grpc__Testing__SimpleRequest *req =
+        grpc__testing__simple_request__unpack(&echod_pb_allocator, msg->len, echod_msg_payload(msg));
     plan_clear(p);
     if (req == NULL) {
         plan_fail(p, ECHOD_INTERNAL, "Invalid protobuf byte sequence");
@@ -111,7 +113,7 @@ static void plan_parse(echod_call_t *call, echod_msg_t *msg, plan_t *p)
     } else {
         p->size = (uint32_t)req->response_size;
     }
-    grpc__testing__simple_request__free_unpacked(req, NULL);
+    grpc__testing__simple_request__free_unpacked(req, &echod_pb_allocator);
 }
 
 /* Ends the call with the plan's status; 1 if it did. */

@@ -5,6 +5,7 @@
 #include "services/adapters.h"
 #include "echo.pb-c.h"
 #include "services/echo.h"
+#include "services/pb.h"
 #include "services/work.h"
 #include "util/err.h"
 
@@ -106,13 +107,14 @@ int echod_echo_validate(const uint8_t *p, size_t len)
  */
 static echod_msg_t *work_then_reply(echod_call_t *call, echod_msg_t *msg)
 {
-    int status = echod_work_run(call, &call->spec.work);
+    int status = echod_work_run(call);
     if (status != 0) {
         echod_msg_free(msg);
         echod_call_close(call, status, "echod-status: failing on purpose");
         return NULL;
     }
-    return call->spec.work.response_bytes >= 0 ? echod_work_reshape_echo(msg, call->spec.work.response_bytes) : msg;
+    int64_t bytes = echod_call_work(call)->response_bytes;
+    return bytes >= 0 ? echod_work_reshape_echo(msg, bytes) : msg;
 }
 
 /* The marshaller's check: an invalid EchoRequest ends the call (0 to go on). */
@@ -143,9 +145,7 @@ typedef struct {
 
 static void server_streaming_start(echod_call_t *call)
 {
-    call->h.state = calloc(1, sizeof(stream_out_t));
-    if (call->h.state == NULL)
-        echod_call_close(call, ECHOD_RESOURCE_EXHAUSTED, "Out of memory");
+    call->h.state = echod_must(calloc(1, sizeof(stream_out_t)), "ServerStreamingEcho state");
 }
 
 static void server_streaming_invoke(echod_call_t *call, echod_msg_t *req)
@@ -198,7 +198,7 @@ static void client_streaming_message(echod_call_t *call, echod_msg_t *msg)
     concat_t *c = call->h.state;
     Grpc__Examples__Echo__EchoRequest *req =
         echod_echo_validate(echod_msg_payload(msg), msg->len)
-            ? grpc__examples__echo__echo_request__unpack(NULL, msg->len, echod_msg_payload(msg))
+            ? grpc__examples__echo__echo_request__unpack(&echod_pb_allocator, msg->len, echod_msg_payload(msg))
             : NULL;
     echod_msg_free(msg);
     if (req == NULL) {
@@ -210,7 +210,7 @@ static void client_streaming_message(echod_call_t *call, echod_msg_t *msg)
      * long enough would grow this without limit (and past the 32-bit gRPC length) */
     uint32_t max = echod_call_config(call)->transport.max_receive_message_bytes;
     if (c->len + n > max) {
-        grpc__examples__echo__echo_request__free_unpacked(req, NULL);
+        grpc__examples__echo__echo_request__free_unpacked(req, &echod_pb_allocator);
         char text[160];
         snprintf(text, sizeof(text), "Concatenation larger than max (transport.max_receive_message_bytes %u)", max);
         echod_call_close(call, ECHOD_RESOURCE_EXHAUSTED, text);
@@ -220,19 +220,13 @@ static void client_streaming_message(echod_call_t *call, echod_msg_t *msg)
         size_t cap = c->cap == 0 ? 256 : c->cap;
         while (cap < c->len + n)
             cap *= 2;
-        char *data = realloc(c->data, cap);
-        if (data == NULL) {
-            grpc__examples__echo__echo_request__free_unpacked(req, NULL);
-            echod_call_close(call, ECHOD_RESOURCE_EXHAUSTED, "Out of memory");
-            return;
-        }
-        c->data = data;
+        c->data = echod_must(realloc(c->data, cap), "ClientStreamingEcho concatenation");
         c->cap = cap;
     }
     if (n != 0) /* an empty message before any text: c->data is still NULL, and memcpy(NULL, .., 0) is UB */
         memcpy(c->data + c->len, req->message, n);
     c->len += n;
-    grpc__examples__echo__echo_request__free_unpacked(req, NULL);
+    grpc__examples__echo__echo_request__free_unpacked(req, &echod_pb_allocator);
     echod_call_request(call, 1);
 }
 

@@ -6,6 +6,7 @@
 #include "services/adapters.h"
 #include "health.pb-c.h"
 #include "services/health.h"
+#include "services/pb.h"
 #include "util/err.h"
 
 #define SERVING_STATUS(x) GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__##x
@@ -52,7 +53,7 @@ static echod_msg_t *pack_response(int status)
 static Grpc__Health__V1__HealthCheckRequest *unpack_request(echod_call_t *call, echod_msg_t *msg)
 {
     Grpc__Health__V1__HealthCheckRequest *req =
-        grpc__health__v1__health_check_request__unpack(NULL, msg->len, echod_msg_payload(msg));
+        grpc__health__v1__health_check_request__unpack(&echod_pb_allocator, msg->len, echod_msg_payload(msg));
     echod_msg_free(msg);
     if (req == NULL)
         echod_call_close(call, ECHOD_INTERNAL, "Invalid protobuf byte sequence");
@@ -75,7 +76,7 @@ static void check_invoke(echod_call_t *call, echod_msg_t *msg)
         echod_call_send(call, pack_response(status));
         echod_call_close(call, ECHOD_OK, NULL);
     }
-    grpc__health__v1__health_check_request__free_unpacked(req, NULL);
+    grpc__health__v1__health_check_request__free_unpacked(req, &echod_pb_allocator);
 }
 
 /*
@@ -125,8 +126,8 @@ static void watch_invoke(echod_call_t *call, echod_msg_t *msg)
     Grpc__Health__V1__HealthCheckRequest *req = unpack_request(call, msg);
     if (req == NULL)
         return;
-    w->service = strdup(req->service);
-    grpc__health__v1__health_check_request__free_unpacked(req, NULL);
+    w->service = echod_must(strdup(req->service), "health watch service");
+    grpc__health__v1__health_check_request__free_unpacked(req, &echod_pb_allocator);
 
     /* listed before the status is read (by produce, next): a flip after the read then finds us
      * and wakes us */

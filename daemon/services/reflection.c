@@ -5,6 +5,7 @@
 #include "descriptor_set.h"
 #include "dispatch/call.h"
 #include "services/adapters.h"
+#include "services/pb.h"
 #include "reflection.pb-c.h"
 #include "services/reflection.h"
 #include "util/log.h"
@@ -316,11 +317,9 @@ static echod_msg_t *error_response(response_t *resp, int code, const char *what,
 /* The file first, then every file it depends on, transitively, each once (breadth first). */
 static echod_msg_t *files_response(response_t *resp, size_t root)
 {
-    size_t *order = malloc(db.nfiles * sizeof(*order));
-    uint8_t *seen = calloc(db.nfiles, 1);
-    ProtobufCBinaryData *blobs = malloc(db.nfiles * sizeof(*blobs));
-    if (order == NULL || seen == NULL || blobs == NULL)
-        echod_oom("reflection file order");
+    size_t *order = echod_must(malloc(db.nfiles * sizeof(*order)), "reflection file order");
+    uint8_t *seen = echod_must(calloc(db.nfiles, 1), "reflection file order");
+    ProtobufCBinaryData *blobs = echod_must(malloc(db.nfiles * sizeof(*blobs)), "reflection file order");
     size_t n = 0;
     order[n++] = root;
     seen[root] = 1;
@@ -350,10 +349,10 @@ static echod_msg_t *files_response(response_t *resp, size_t root)
 /* Every service echod serves, from the registry, so a service is listed only if it is routed. */
 static echod_msg_t *services_response(response_t *resp, const echod_registry_t *reg)
 {
-    Grpc__Reflection__V1__ServiceResponse *items = calloc(reg->count, sizeof(*items));
-    Grpc__Reflection__V1__ServiceResponse **ptrs = calloc(reg->count, sizeof(*ptrs));
-    if (reg->count != 0 && (items == NULL || ptrs == NULL))
-        echod_oom("reflection service list");
+    /* the registry is never empty (echod serves Echo and Health): calloc(0) may be NULL */
+    Grpc__Reflection__V1__ServiceResponse *items =
+        echod_must(calloc(reg->count, sizeof(*items)), "reflection services");
+    Grpc__Reflection__V1__ServiceResponse **ptrs = echod_must(calloc(reg->count, sizeof(*ptrs)), "reflection services");
     size_t n = 0;
     for (size_t i = 0; i != reg->count; i++) {
         const char *svc = reg->methods[i]->service;
@@ -433,14 +432,15 @@ static void info_start(echod_call_t *call)
 
 static echod_msg_t *info_reply(echod_call_t *call, echod_msg_t *msg)
 {
-    request_t *req = grpc__reflection__v1__server_reflection_request__unpack(NULL, msg->len, echod_msg_payload(msg));
+    request_t *req =
+        grpc__reflection__v1__server_reflection_request__unpack(&echod_pb_allocator, msg->len, echod_msg_payload(msg));
     echod_msg_free(msg);
     if (req == NULL) {
         echod_call_close(call, ECHOD_INTERNAL, "Invalid protobuf byte sequence");
         return NULL;
     }
     echod_msg_t *out = answer(echod_call_registry(call), req);
-    grpc__reflection__v1__server_reflection_request__free_unpacked(req, NULL);
+    grpc__reflection__v1__server_reflection_request__free_unpacked(req, &echod_pb_allocator);
     return out;
 }
 

@@ -8,6 +8,7 @@
 #include "services/health.h"
 #include "services/reflection.h"
 #include "services/registry.h"
+#include "util/err.h"
 
 /* Every service echod serves: one NULL-terminated method table each. */
 static const echod_method_t *const *const services[] = {echod_echo_methods, echod_health_methods,
@@ -20,8 +21,8 @@ void echod_registry_init(echod_registry_t *reg)
         for (size_t i = 0; services[s][i] != NULL; i++)
             n++;
     /* copies, so that the metrics index lives in the registry and the tables stay const */
-    echod_method_t *copies = calloc(n, sizeof(*copies));
-    reg->methods = calloc(n, sizeof(*reg->methods));
+    echod_method_t *copies = echod_must(calloc(n, sizeof(*copies)), "method registry");
+    reg->methods = echod_must(calloc(n, sizeof(*reg->methods)), "method registry");
     reg->count = n;
     size_t k = 0;
     for (size_t s = 0; services[s] != NULL; s++) {

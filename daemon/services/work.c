@@ -3,15 +3,16 @@
 #include "echo.pb-c.h"
 #include "dispatch/call.h"
 #include "grpc/status.h"
+#include "services/pb.h"
 #include "services/work.h"
 #include "util/err.h"
 #include "work/burn.h"
 
-int echod_work_run(echod_call_t *call, const echod_work_t *work)
+int echod_work_run(echod_call_t *call)
 {
-    const echod_config_t *cfg = echod_call_config(call);
+    const echod_work_t *work = echod_call_work(call);
     echod_drawn_t d;
-    echod_draw_work(work, &call->spec.draws, cfg->work.max_cpu_ms * 1000, cfg->work.max_sleep_ms * 1000, &d);
+    echod_call_draw_work(call, &d);
     echod_burn_ns(d.cpu_us * 1000);
     echod_call_sleep(call, (uint32_t)d.sleep_us);
     if (work->error_rate > 0.0)
@@ -22,7 +23,7 @@ int echod_work_run(echod_call_t *call, const echod_work_t *work)
 echod_msg_t *echod_work_reshape_echo(echod_msg_t *req, int64_t response_bytes)
 {
     Grpc__Examples__Echo__EchoRequest *in =
-        grpc__examples__echo__echo_request__unpack(NULL, req->len, echod_msg_payload(req));
+        grpc__examples__echo__echo_request__unpack(&echod_pb_allocator, req->len, echod_msg_payload(req));
     echod_msg_free(req);
     size_t want = (size_t)response_bytes, have = in != NULL ? strlen(in->message) : 0;
     char *text = echod_must(malloc(want + 1), "echod-response-bytes response"); /* capped by work.max_response_bytes */
@@ -35,7 +36,7 @@ echod_msg_t *echod_work_reshape_echo(echod_msg_t *req, int64_t response_bytes)
     memset(text + keep, '.', want - keep);
     text[want] = '\0';
     if (in != NULL)
-        grpc__examples__echo__echo_request__free_unpacked(in, NULL);
+        grpc__examples__echo__echo_request__free_unpacked(in, &echod_pb_allocator);
     Grpc__Examples__Echo__EchoResponse resp = GRPC__EXAMPLES__ECHO__ECHO_RESPONSE__INIT;
     resp.message = text;
     size_t size = grpc__examples__echo__echo_response__get_packed_size(&resp);

@@ -8,17 +8,16 @@
 #define ECHOD_WORK_H
 
 #include <stdint.h>
-#include "config/config.h"
 #include "grpc/deframe.h"
 
 struct echod_call;
 
 /*
- * Draws and runs cpu and sleep work (the sleep through echod_call_sleep: it parks a virtual
- * thread); returns the gRPC status to fail with, 0 to go on. Inside the call's steps: once per
- * call for the unary-request methods, once per message for bidi.
+ * Draws and runs the call's cpu and sleep work (the sleep through echod_call_sleep: it parks a
+ * virtual thread); returns the gRPC status to fail with, 0 to go on. Inside the call's steps:
+ * once per call for the unary-request methods, once per message for bidi.
  */
-int echod_work_run(struct echod_call *call, const echod_work_t *work);
+int echod_work_run(struct echod_call *call);
 
 /*
  * For response_bytes >= 0: an EchoResponse whose message is the request's, padded with '.' or

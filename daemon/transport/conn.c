@@ -4,11 +4,13 @@
 #include <string.h>
 #include <nghttp2/nghttp2.h>
 #include "metrics/metrics.h"
-#include "transport/conn.h"
+#include "transport/conn_internal.h"
 #include "transport/frame_scan.h"
 #include "transport/stream.h"
 #include "transport/stream_ids.h"
 #include "util/clock.h"
+#include "util/err.h"
+#include "util/limit.h"
 #include "util/log.h"
 
 /* Above this many unsent bytes, stop asking nghttp2 for more until the socket drains. */
@@ -75,17 +77,14 @@ void echod_conn_release(echod_conn_t *conn)
     }
 }
 
-/* n more bytes at the end of b, to be written by the caller; NULL when out of memory */
+/* n more bytes at the end of b, to be written by the caller */
 static uint8_t *bytes_reserve(bytes_t *b, size_t n)
 {
     if (b->len + n > b->cap) {
         size_t cap = b->cap < 16384 ? 16384 : b->cap;
         while (cap < b->len + n)
             cap *= 2;
-        uint8_t *d = realloc(b->data, cap);
-        if (d == NULL)
-            return NULL;
-        b->data = d;
+        b->data = echod_must(realloc(b->data, cap), "connection output");
         b->cap = cap;
     }
     b->len += n;
@@ -418,8 +417,6 @@ static int send_data_cb(nghttp2_session *session, nghttp2_frame *frame, const ui
     (void)frame;
     echod_conn_t *conn = user_data;
     uint8_t *dst = bytes_reserve(&conn->out, 9 + length);
-    if (dst == NULL)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
     memcpy(dst, framehd, 9);
     echod_stream_copy_data(source->ptr, dst + 9, length);
     return 0;
@@ -431,8 +428,6 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
     echod_stream_t *s = echod_stream_new(conn, frame->hd.stream_id);
-    if (s == NULL)
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     s->next_in_conn = conn->streams;
     if (conn->streams != NULL)
         conn->streams->prev_in_conn = s;
@@ -495,7 +490,7 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
     if (s == NULL)
         return 0;
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
-        s->recv = ECHOD_RECV_END_STREAM;
+        echod_stream_end_received(s);
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
         echod_stream_headers_done(s);
         return 0;
@@ -557,8 +552,6 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
     (void)flags;
     echod_conn_t *conn = user_data;
     uint8_t *dst = bytes_reserve(&conn->out, length);
-    if (dst == NULL)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
     memcpy(dst, data, length);
     return (ssize_t)length;
 }
@@ -682,7 +675,7 @@ static void conn_close(echod_conn_t *conn)
     h2o_linklist_unlink(&conn->link);
     h2o_socket_close(conn->sock);
     conn->sock = NULL;
-    atomic_fetch_sub_explicit(&echod_metrics.connections, 1, memory_order_relaxed);
+    echod_limit_release(&echod_metrics.connections);
     echod_conn_release(conn);
 }
 
@@ -746,10 +739,11 @@ void echod_conn_cut(echod_conn_t *conn)
     echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_LOOP_TAIL);
 }
 
-/* nghttp2's allocator: the loop's pool (a session lives on its loop thread only) */
+/* nghttp2's allocator: the loop's pool (a session lives on its loop thread only); nghttp2 never
+ * sees NULL (util/err.h: running out of memory aborts) */
 static void *pool_malloc(size_t size, void *pool)
 {
-    return echod_pool_malloc(pool, size);
+    return echod_must(echod_pool_malloc(pool, size), "HTTP/2 session");
 }
 
 static void pool_free(void *ptr, void *pool)
@@ -759,12 +753,12 @@ static void pool_free(void *ptr, void *pool)
 
 static void *pool_calloc(size_t n, size_t size, void *pool)
 {
-    return echod_pool_calloc(pool, n, size);
+    return echod_must(echod_pool_calloc(pool, n, size), "HTTP/2 session");
 }
 
 static void *pool_realloc(void *ptr, size_t size, void *pool)
 {
-    return echod_pool_realloc(pool, ptr, size);
+    return echod_must(echod_pool_realloc(pool, ptr, size), "HTTP/2 session");
 }
 
 static int session_start(echod_conn_t *conn)
@@ -851,18 +845,14 @@ static void on_handshake(h2o_socket_t *sock, const char *err)
 
 void echod_conn_accept(echod_loop_t *loop, h2o_socket_t *sock)
 {
-    echod_conn_t *conn = calloc(1, sizeof(*conn));
-    if (conn == NULL) {
-        h2o_socket_close(sock);
-        return;
-    }
-    uint32_t max = loop->server->cfg->limits.max_connections;
-    if (max != 0 && atomic_load_explicit(&echod_metrics.connections, memory_order_relaxed) >= (int64_t)max) {
+    /* reserved before anything else: two loops never accept past the limit together */
+    if (!echod_limit_reserve(&echod_metrics.connections, loop->server->cfg->limits.max_connections,
+                             &echod_metrics.connections_peak)) {
         ECHOD_COUNT(echod_metrics.connections_closed[ECHOD_CLOSE_LIMIT]);
         h2o_socket_close(sock);
-        free(conn);
         return;
     }
+    echod_conn_t *conn = echod_must(calloc(1, sizeof(*conn)), "connection");
     int one = 1;
     setsockopt(h2o_socket_get_fd(sock), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     conn->loop = loop;
@@ -875,7 +865,6 @@ void echod_conn_accept(echod_loop_t *loop, h2o_socket_t *sock)
     if (loop->server->cfg->transport.handshake_timeout_ms != 0)
         h2o_timeout_link(loop->evloop, &loop->handshake, &conn->guard_entry);
     h2o_linklist_insert(&loop->conns, &conn->link);
-    atomic_fetch_add_explicit(&echod_metrics.connections, 1, memory_order_relaxed); /* shared: the limit reads it */
     ECHOD_COUNT(echod_metrics.connections_total);
     if (loop->server->ssl_ctx != NULL)
         h2o_socket_ssl_handshake(sock, loop->server->ssl_ctx, NULL, on_handshake);

@@ -15,8 +15,6 @@
 #include "transport/loop.h"
 
 typedef struct echod_conn echod_conn_t;
-struct echod_stream;
-struct nghttp2_session;
 
 /* Takes over an accepted socket (TLS handshake first when the server has a context). */
 void echod_conn_accept(echod_loop_t *loop, h2o_socket_t *sock);
@@ -44,23 +42,5 @@ void echod_conn_release(echod_conn_t *conn);
 
 /* Loop thread: the conn behind a linklist node of echod_loop_t.conns. */
 echod_conn_t *echod_conn_from_link(h2o_linklist_t *link);
-
-/* --- for transport/stream.c only: what a stream uses of its connection (loop thread) --- */
-
-struct echod_loop *echod_conn__loop(echod_conn_t *conn);
-struct nghttp2_session *echod_conn__session(echod_conn_t *conn);
-int echod_conn__closed(const echod_conn_t *conn);
-/* A reference for a new stream (echod_conn_release drops it). */
-void echod_conn__hold(echod_conn_t *conn);
-/* Puts the stream on the list that conn_process pumps (once, holding a reference). */
-void echod_conn__touch(echod_conn_t *conn, struct echod_stream *s);
-/* Something was queued in nghttp2: schedule the flush the policy asks for. */
-void echod_conn__dirty(echod_conn_t *conn);
-/* Pumps every touched stream now (outside nghttp2 callbacks). */
-void echod_conn__process(echod_conn_t *conn);
-/* transport.flush=immediate after a status: flush now, or after the current read or pump. */
-void echod_conn__flush_immediate(echod_conn_t *conn);
-/* Returns n received bytes of a stream to the flow-control window. */
-void echod_conn__consume(echod_conn_t *conn, int32_t stream_id, size_t n);
 
 #endif

@@ -12,6 +12,7 @@
 #include "transport/loop.h"
 #include "transport/rest.h"
 #include "util/clock.h"
+#include "util/err.h"
 #include "util/h2o_compat.h"
 #include "util/log.h"
 
@@ -245,11 +246,7 @@ static void *loop_main(void *arg)
 echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int listen_fd, int rest_fd, char *err,
                                size_t errlen)
 {
-    echod_loop_t *loop = calloc(1, sizeof(*loop));
-    if (loop == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
+    echod_loop_t *loop = echod_must(calloc(1, sizeof(*loop)), "I/O loop");
     loop->server = server;
     loop->index = index;
     loop->listen_fd = listen_fd;

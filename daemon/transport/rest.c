@@ -19,6 +19,7 @@
 #include "transport/rest.h"
 #include "util/h2o_compat.h"
 #include "util/http1.h"
+#include "util/err.h"
 #include "util/log.h"
 
 /* Accepts per listener wake-up: the loop also serves gRPC, so a connect storm must not hog it. */
@@ -248,11 +249,7 @@ echod_rest_t *echod_rest_start(h2o_evloop_t *loop, int listen_fd, char *err, siz
         snprintf(err, errlen, "rest: fd %d is not a listening socket", listen_fd);
         return NULL;
     }
-    echod_rest_t *rest = calloc(1, sizeof(*rest));
-    if (rest == NULL) {
-        snprintf(err, errlen, "rest: out of memory");
-        return NULL;
-    }
+    echod_rest_t *rest = echod_must(calloc(1, sizeof(*rest)), "REST arm");
     /* Larger bodies get h2o's own 413 and a close (a chunked one as soon as it outgrows this);
      * accepts are batched because the loop also serves gRPC; TCP_NODELAY as on the gRPC arm,
      * so the two arms differ only in what runs above TCP. */

@@ -1,3 +1,4 @@
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -6,7 +7,7 @@
 #include "grpc/status.h"
 #include "grpc/timeout.h"
 #include "metrics/metrics.h"
-#include "transport/conn.h"
+#include "transport/conn_internal.h"
 #include "transport/loop.h"
 #include "transport/stream.h"
 #include "util/clock.h"
@@ -15,15 +16,52 @@
 
 static const echod_call_ops_t stream_call_ops;
 
+/*
+ * The legal moves of the stream's state machines (stream.h): for each state, the states it may be
+ * entered from. MOVE asserts them in debug builds (ECHOD_DEBUG), as h2o asserts its stream
+ * states; a release build only stores the state.
+ */
+#define FROM(state) (1u << (state))
+static const unsigned moves_state[] = {[ECHOD_STREAM_CLOSED] = FROM(ECHOD_STREAM_OPEN)};
+static const unsigned moves_recv[] = {[ECHOD_RECV_END_STREAM] = FROM(ECHOD_RECV_OPEN)};
+static const unsigned moves_deframe[] = {
+    [ECHOD_DEFRAME_STATE_FAILED] = FROM(ECHOD_DEFRAME_STATE_OK),
+    [ECHOD_DEFRAME_STATE_REPORTED] = FROM(ECHOD_DEFRAME_STATE_FAILED),
+};
+static const unsigned moves_send[] = {
+    [ECHOD_SEND_HEADERS] = FROM(ECHOD_SEND_IDLE),
+    [ECHOD_SEND_TRAILERS_QUEUED] = FROM(ECHOD_SEND_IDLE) | FROM(ECHOD_SEND_HEADERS),
+    [ECHOD_SEND_DONE] = FROM(ECHOD_SEND_TRAILERS_QUEUED),
+};
+static const unsigned moves_steps[] = {
+    [ECHOD_STEPS_STARTED] = FROM(ECHOD_STEPS_NONE),
+    [ECHOD_STEPS_HALF_CLOSED] = FROM(ECHOD_STEPS_STARTED),
+    [ECHOD_STEPS_CLOSED] = FROM(ECHOD_STEPS_STARTED) | FROM(ECHOD_STEPS_HALF_CLOSED),
+    [ECHOD_STEPS_REJECTED] = FROM(ECHOD_STEPS_NONE),
+};
+static const unsigned moves_pump[] = {
+    [ECHOD_PUMP_IDLE] = FROM(ECHOD_PUMP_RUNNING),
+    [ECHOD_PUMP_RUNNING] = FROM(ECHOD_PUMP_IDLE) | FROM(ECHOD_PUMP_AGAIN),
+    [ECHOD_PUMP_AGAIN] = FROM(ECHOD_PUMP_RUNNING) | FROM(ECHOD_PUMP_AGAIN),
+};
+static const unsigned moves_drain[] = {
+    [ECHOD_DRAIN_OPEN] = FROM(ECHOD_DRAIN_NONE),
+    [ECHOD_DRAIN_CUT] = FROM(ECHOD_DRAIN_NONE) | FROM(ECHOD_DRAIN_OPEN),
+};
+
+#ifdef ECHOD_DEBUG
+#define MOVE(s, field, to) (assert(moves_##field[to] & FROM((s)->field)), (s)->field = (to))
+#else
+#define MOVE(s, field, to) ((void)moves_##field, (s)->field = (to))
+#endif
+
 static void on_deadline(h2o_timeout_entry_t *entry);
 
 echod_stream_t *echod_stream_new(struct echod_conn *conn, int32_t id)
 {
     echod_loop_t *loop = echod_conn__loop(conn);
     /* from the loop's pool: glibc's calloc skips its thread cache (-270 instructions per call) */
-    echod_stream_t *s = echod_pool_calloc(&loop->pool, 1, sizeof(*s));
-    if (s == NULL)
-        return NULL;
+    echod_stream_t *s = echod_must(echod_pool_calloc(&loop->pool, 1, sizeof(*s)), "stream");
     echod_call_init(&s->call, &stream_call_ops, &loop->server->dispatcher);
     s->call.seq = (uint64_t)loop->index << 48 | loop->calls_seen++;
     s->loop = loop;
@@ -136,7 +174,7 @@ void echod_stream_copy_data(echod_stream_t *s, uint8_t *dst, size_t length)
         }
     }
     if (freed != 0) {
-        size_t limit = s->call.dispatcher->cfg->transport.max_send_buffer_bytes;
+        size_t limit = s->loop->server->cfg->transport.max_send_buffer_bytes;
         size_t before = atomic_fetch_sub_explicit(&s->call.out_bytes, freed, memory_order_relaxed);
         if (before >= limit && before - freed < limit) {
             s->ready_due = 1; /* grpc-java's onReady: a transition back to ready */
@@ -203,7 +241,7 @@ static void send_message(echod_stream_t *s, echod_msg_t *msg)
     s->out_tail = msg;
     s->out_queued += echod_msg_frame_len(msg);
     if (s->send == ECHOD_SEND_IDLE) {
-        s->send = ECHOD_SEND_HEADERS;
+        MOVE(s, send, ECHOD_SEND_HEADERS);
         submit_headers(s, 1);
     } else {
         resume_data(s);
@@ -221,22 +259,27 @@ void echod_stream_close(echod_stream_t *s, int code, const char *message, const 
         return;
     echod_call_charge_trailers(&s->call); /* once: send_open is false from here on */
     int trailers_only = s->send == ECHOD_SEND_IDLE;
-    s->send = ECHOD_SEND_TRAILERS_QUEUED;
+    MOVE(s, send, ECHOD_SEND_TRAILERS_QUEUED);
     s->status_code = code;
-    s->status_message = message != NULL ? strdup(message) : NULL;
+    s->status_message = message != NULL ? echod_must(strdup(message), "grpc-message") : NULL;
     s->timing = timing != NULL && timing[0] != '\0' ? timing : NULL;
     if (trailers_only)
         submit_headers(s, 0);
     else
         resume_data(s);
     echod_conn__dirty(s->conn);
-    if (s->call.dispatcher->cfg->transport.flush == ECHOD_FLUSH_IMMEDIATE)
+    if (s->loop->server->cfg->transport.flush == ECHOD_FLUSH_IMMEDIATE)
         echod_conn__flush_immediate(s->conn);
+}
+
+void echod_stream_end_received(echod_stream_t *s)
+{
+    MOVE(s, recv, ECHOD_RECV_END_STREAM);
 }
 
 int echod_stream_end_sent(echod_stream_t *s)
 {
-    s->send = ECHOD_SEND_DONE;
+    MOVE(s, send, ECHOD_SEND_DONE);
     return s->recv != ECHOD_RECV_END_STREAM;
 }
 
@@ -254,7 +297,7 @@ static void on_deadline(h2o_timeout_entry_t *entry)
 
 void echod_stream_closed(echod_stream_t *s)
 {
-    s->state = ECHOD_STREAM_CLOSED;
+    MOVE(s, state, ECHOD_STREAM_CLOSED);
     if (s->drain == ECHOD_DRAIN_OPEN)
         ECHOD_COUNT(echod_metrics.drain_streams_finished);
     if (s->send != ECHOD_SEND_DONE)
@@ -266,7 +309,7 @@ int echod_stream_drain_mark(echod_stream_t *s)
 {
     if (s->steps == ECHOD_STEPS_REJECTED || s->send >= ECHOD_SEND_TRAILERS_QUEUED)
         return 0;
-    s->drain = ECHOD_DRAIN_OPEN;
+    MOVE(s, drain, ECHOD_DRAIN_OPEN);
     return 1;
 }
 
@@ -276,7 +319,7 @@ void echod_stream_cut(echod_stream_t *s)
         return;
     if (s->drain == ECHOD_DRAIN_OPEN) /* a max_connection_age grace cut is not a drain cut */
         ECHOD_COUNT(echod_metrics.drain_streams_cut);
-    s->drain = ECHOD_DRAIN_CUT;
+    MOVE(s, drain, ECHOD_DRAIN_CUT);
     echod_call_cancel(&s->call);
     echod_stream_close(s, ECHOD_UNAVAILABLE, "Server shutting down: shutdown.drain_timeout passed", NULL);
 }
@@ -327,7 +370,7 @@ int echod_stream_on_header(nghttp2_session *session, const nghttp2_frame *frame,
     if (s == NULL)
         return 0;
     s->header_bytes += namelen + valuelen + 32;
-    if (s->header_bytes > s->call.dispatcher->cfg->transport.max_header_list_bytes) {
+    if (s->header_bytes > s->loop->server->cfg->transport.max_header_list_bytes) {
         ECHOD_COUNT(echod_metrics.header_lists_too_large);
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets this stream only */
     }
@@ -336,7 +379,7 @@ int echod_stream_on_header(nghttp2_session *session, const nghttp2_frame *frame,
         s->hdr.is_post = header_is(value, valuelen, "POST");
     } else if (header_is(name, namelen, ":path")) {
         free(s->path);
-        s->path = strndup((const char *)value, valuelen);
+        s->path = echod_must(strndup((const char *)value, valuelen), ":path");
         s->call.path = s->path;
         s->call.path_len = valuelen;
     } else if (header_is(name, namelen, "content-type")) {
@@ -366,8 +409,8 @@ int echod_stream_on_header(nghttp2_session *session, const nghttp2_frame *frame,
 /* Answered before any step, with input dropped from here on. */
 static void reject(echod_stream_t *s, int code, const nghttp2_nv *nv, size_t nvlen)
 {
-    s->steps = ECHOD_STEPS_REJECTED;
-    s->send = ECHOD_SEND_TRAILERS_QUEUED;
+    MOVE(s, steps, ECHOD_STEPS_REJECTED);
+    MOVE(s, send, ECHOD_SEND_TRAILERS_QUEUED);
     s->status_code = code;
     nghttp2_submit_response(echod_conn__session(s->conn), s->id, nv, nvlen, NULL);
 }
@@ -382,7 +425,7 @@ static void reject_http(echod_stream_t *s, const char *status, const char *messa
 /* Ends the stream with a status before any step: nothing was accepted. */
 static void refuse(echod_stream_t *s, int code, const char *message)
 {
-    s->steps = ECHOD_STEPS_REJECTED;
+    MOVE(s, steps, ECHOD_STEPS_REJECTED);
     echod_stream_close(s, code, message, NULL);
 }
 
@@ -407,11 +450,11 @@ void echod_stream_headers_done(echod_stream_t *s)
     }
     /* grpc-encoding: compressed messages pass the deframer, and the messages step inflates them */
     s->call.in_encoding = s->hdr.encoding;
-    s->call.out_encoding = echod_encoding_respond(s->call.dispatcher->cfg->transport.compression.respond,
-                                                  s->call.in_encoding, s->hdr.accept);
+    s->call.out_encoding =
+        echod_encoding_respond(s->loop->server->cfg->transport.compression.respond, s->call.in_encoding, s->hdr.accept);
     s->deframer.allow_compressed = s->call.in_encoding != ECHOD_ENCODING_IDENTITY;
     if (s->path == NULL) {
-        s->path = strdup("");
+        s->path = echod_must(strdup(""), ":path");
         s->call.path = s->path;
         s->call.path_len = 0;
     }
@@ -440,7 +483,7 @@ static size_t take_data(echod_stream_t *s, const uint8_t *data, size_t len)
     echod_deframer_t *d = &s->deframer;
     size_t now;
     if (echod_deframer_feed(d, data, len) != ECHOD_DEFRAME_OK) {
-        s->deframe = ECHOD_DEFRAME_STATE_FAILED;
+        MOVE(s, deframe, ECHOD_DEFRAME_STATE_FAILED);
         now = len + s->held_bytes;
         s->held_bytes = 0;
         echod_conn__touch(s->conn, s);
@@ -473,7 +516,7 @@ int echod_stream_on_data(nghttp2_session *session, uint8_t flags, int32_t stream
 
 static void deliver_messages(echod_stream_t *s)
 {
-    const echod_config_t *cfg = s->call.dispatcher->cfg;
+    const echod_config_t *cfg = s->loop->server->cfg;
     while (s->requested > 0 && s->steps < ECHOD_STEPS_HALF_CLOSED) {
         echod_msg_t *msg = echod_deframer_pop(&s->deframer);
         if (msg == NULL)
@@ -486,7 +529,7 @@ static void deliver_messages(echod_stream_t *s)
         }
         int last = s->recv == ECHOD_RECV_END_STREAM && s->deframer.count == 0 && !echod_deframer_partial(&s->deframer);
         if (last && cfg->dispatch.coalesce_end_stream) {
-            s->steps = ECHOD_STEPS_HALF_CLOSED;
+            MOVE(s, steps, ECHOD_STEPS_HALF_CLOSED);
             echod_call_submit(&s->call, ECHOD_STEP_MESSAGES_AND_HALF_CLOSE, msg);
         } else {
             echod_call_submit(&s->call, ECHOD_STEP_MESSAGES_AVAILABLE, msg);
@@ -521,8 +564,8 @@ static void pump_once(echod_stream_t *s)
     if (s->steps == ECHOD_STEPS_REJECTED || s->steps == ECHOD_STEPS_CLOSED)
         return;
     if (s->steps == ECHOD_STEPS_NONE) {
-        s->steps = ECHOD_STEPS_STARTED;
-        if (s->call.dispatcher->cfg->dispatch.merge_lookup_and_start) {
+        MOVE(s, steps, ECHOD_STEPS_STARTED);
+        if (s->loop->server->cfg->dispatch.merge_lookup_and_start) {
             echod_call_submit(&s->call, ECHOD_STEP_LOOKUP_AND_START, NULL);
         } else {
             echod_call_submit(&s->call, ECHOD_STEP_METHOD_LOOKUP, NULL);
@@ -531,7 +574,7 @@ static void pump_once(echod_stream_t *s)
         echod_call_submit(&s->call, ECHOD_STEP_ON_READY, NULL);
     }
     if (s->state == ECHOD_STREAM_CLOSED) {
-        s->steps = ECHOD_STEPS_CLOSED;
+        MOVE(s, steps, ECHOD_STEPS_CLOSED);
         /* decided here, on the loop, so the closed step reads one plain field */
         s->call.final_code = s->send == ECHOD_SEND_DONE ? s->status_code : ECHOD_CANCELLED;
         echod_call_submit(&s->call, ECHOD_STEP_CLOSED, NULL);
@@ -539,14 +582,14 @@ static void pump_once(echod_stream_t *s)
     }
     if (s->deframe != ECHOD_DEFRAME_STATE_OK) {
         if (s->deframe == ECHOD_DEFRAME_STATE_FAILED) {
-            s->deframe = ECHOD_DEFRAME_STATE_REPORTED;
+            MOVE(s, deframe, ECHOD_DEFRAME_STATE_REPORTED);
             report_deframe_error(s);
         }
         return;
     }
     deliver_messages(s);
     if (s->recv == ECHOD_RECV_END_STREAM && s->steps < ECHOD_STEPS_HALF_CLOSED && s->deframer.count == 0) {
-        s->steps = ECHOD_STEPS_HALF_CLOSED;
+        MOVE(s, steps, ECHOD_STEPS_HALF_CLOSED);
         if (echod_deframer_partial(&s->deframer))
             echod_stream_close(s, ECHOD_INTERNAL, "Incomplete message: END_STREAM in the middle of a message", NULL);
         else
@@ -563,16 +606,16 @@ void echod_stream_pump(echod_stream_t *s)
     /* An inline step may request messages and so re-enter: the outer pump goes round again,
      * which keeps steps in transport order (start, on_ready, then messages). */
     if (s->pump != ECHOD_PUMP_IDLE) {
-        s->pump = ECHOD_PUMP_AGAIN;
+        MOVE(s, pump, ECHOD_PUMP_AGAIN);
         return;
     }
     s->call.chain.active = 1; /* chain.ns is 0: only a pump sets it, and it clears it on the way out */
     echod_call_retain(&s->call);
     do {
-        s->pump = ECHOD_PUMP_RUNNING;
+        MOVE(s, pump, ECHOD_PUMP_RUNNING);
         pump_once(s);
     } while (s->pump == ECHOD_PUMP_AGAIN);
-    s->pump = ECHOD_PUMP_IDLE;
+    MOVE(s, pump, ECHOD_PUMP_IDLE);
     s->call.chain.active = 0;
     s->call.chain.ns = 0;
     echod_call_release(&s->call);
@@ -594,7 +637,9 @@ typedef struct {
     uint32_t n;
     echod_msg_t *msg;
     int code;
-    char *message;
+    const char *message; /* close: NULL, or its copy in text[] (the handler's buffer may be on its stack) */
+    const char *timing;  /* close: as given (the call's memory, valid for its life) */
+    char text[];
 } stream_task_t;
 
 static int on_home(const echod_call_t *call)
@@ -633,8 +678,7 @@ static void task_run(echod_loop_msg_t *m)
         send_message(s, t->msg);
         break;
     case TASK_CLOSE:
-        echod_stream_close(s, t->code, t->message, s->call.h.timing);
-        free(t->message);
+        echod_stream_close(s, t->code, t->message, t->timing);
         break;
     case TASK_WAKE:
         apply_wake(s);
@@ -644,9 +688,11 @@ static void task_run(echod_loop_msg_t *m)
     free(t);
 }
 
-static stream_task_t *post_task(echod_stream_t *s, task_kind_t kind)
+/* A task with `text` bytes after it for the caller's strings. */
+static stream_task_t *post_task(echod_stream_t *s, task_kind_t kind, size_t text)
 {
-    stream_task_t *t = echod_must(calloc(1, sizeof(*t)), "loop task"); /* zeroed: h2o asserts the link is not linked */
+    /* zeroed: h2o asserts the link is not linked */
+    stream_task_t *t = echod_must(calloc(1, sizeof(*t) + text), "loop task");
     t->super.run = task_run;
     t->kind = kind;
     t->stream = s;
@@ -663,7 +709,7 @@ static void op_request(echod_call_t *call, uint32_t n)
         apply_request(s, n);
         return;
     }
-    stream_task_t *t = post_task(s, TASK_REQUEST);
+    stream_task_t *t = post_task(s, TASK_REQUEST, 0);
     t->n = n;
     echod_loop_post(s->loop, &t->super);
 }
@@ -675,7 +721,7 @@ static void op_send(echod_call_t *call, echod_msg_t *msg)
         send_message(s, msg);
         return;
     }
-    stream_task_t *t = post_task(s, TASK_WRITE);
+    stream_task_t *t = post_task(s, TASK_WRITE, 0);
     t->msg = msg;
     echod_loop_post(s->loop, &t->super);
 }
@@ -687,9 +733,11 @@ static void op_close(echod_call_t *call, int code, const char *message, const ch
         echod_stream_close(s, code, message, timing);
         return;
     }
-    stream_task_t *t = post_task(s, TASK_CLOSE);
+    size_t len = message != NULL ? strlen(message) + 1 : 0;
+    stream_task_t *t = post_task(s, TASK_CLOSE, len);
     t->code = code;
-    t->message = message != NULL ? strdup(message) : NULL;
+    t->message = message != NULL ? memcpy(t->text, message, len) : NULL;
+    t->timing = timing;
     echod_loop_post(s->loop, &t->super);
 }
 
@@ -697,7 +745,7 @@ static void op_close(echod_call_t *call, int code, const char *message, const ch
 static void op_wake_ready(echod_call_t *call)
 {
     echod_stream_t *s = echod_stream_of(call);
-    echod_loop_post(s->loop, &post_task(s, TASK_WAKE)->super);
+    echod_loop_post(s->loop, &post_task(s, TASK_WAKE, 0)->super);
 }
 
 static const echod_call_ops_t stream_call_ops = {

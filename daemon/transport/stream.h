@@ -8,7 +8,7 @@
  * Threads: everything here is for the owning loop thread, except the call ops, which hop to
  * it with a loop task, and the stream's release (a worker may drop the last reference).
  * The connection (transport/conn.h) owns the session and the socket; a stream uses them
- * through the echod_conn__* functions.
+ * through the echod_conn__* functions (transport/conn_internal.h).
  */
 #ifndef ECHOD_STREAM_H
 #define ECHOD_STREAM_H
@@ -21,26 +21,36 @@
 struct echod_conn;
 struct echod_loop;
 
-/* The stream's life as the connection sees it. */
+/*
+ * Seven state machines, one field each. Their moves are the ones listed under each enum; no
+ * other is made, and debug builds (meson's debug option: the default and sanitizer builds)
+ * assert each move, as h2o asserts its stream states (the tables in stream.c). A state never
+ * moves back: each field starts at 0 (the stream is zeroed) and only goes forward.
+ */
+
+/* The stream's life as the connection sees it. Moves: OPEN -> CLOSED (echod_stream_closed). */
 typedef enum {
     ECHOD_STREAM_OPEN = 0, /* in the connection's list of streams */
     ECHOD_STREAM_CLOSED,   /* nghttp2 closed it or the connection went: the closed step is due */
 } echod_stream_state_t;
 
-/* What the client has sent. */
+/* What the client has sent. Moves: OPEN -> END_STREAM (echod_stream_end_received). */
 typedef enum {
     ECHOD_RECV_OPEN = 0,   /* more DATA may come */
     ECHOD_RECV_END_STREAM, /* END_STREAM seen: the client half-closed */
 } echod_recv_state_t;
 
-/* What the deframer made of the DATA. */
+/* What the deframer made of the DATA. Moves: OK -> FAILED (a bad frame arrives) -> REPORTED (the pump
+ * ends the call with it). */
 typedef enum {
     ECHOD_DEFRAME_STATE_OK = 0,
     ECHOD_DEFRAME_STATE_FAILED,   /* a bad frame: input is dropped, the error is due */
     ECHOD_DEFRAME_STATE_REPORTED, /* and the call was ended with it */
 } echod_deframe_state_t;
 
-/* What the server has queued: each state implies the ones before it. */
+/* What the server has queued: each state implies the ones before it. Moves: IDLE -> HEADERS (the first
+ * message) -> TRAILERS_QUEUED (the status) -> DONE (sent); IDLE -> TRAILERS_QUEUED (Trailers-Only: a
+ * status before any message, or a rejection). */
 typedef enum {
     ECHOD_SEND_IDLE = 0,
     ECHOD_SEND_HEADERS,         /* response HEADERS submitted, messages may follow */
@@ -48,7 +58,9 @@ typedef enum {
     ECHOD_SEND_DONE,            /* the frame with END_STREAM is on its way to the socket */
 } echod_send_state_t;
 
-/* Which of the call's steps the pump has submitted. */
+/* Which of the call's steps the pump has submitted. Moves: NONE -> STARTED -> HALF_CLOSED -> CLOSED;
+ * STARTED -> CLOSED (the stream closed before the client half-closed); NONE -> REJECTED (at
+ * HEADERS: an HTTP error, a shed call, a bad grpc-timeout). */
 typedef enum {
     ECHOD_STEPS_NONE = 0,
     ECHOD_STEPS_STARTED,     /* lookup, start, on_ready */
@@ -57,14 +69,16 @@ typedef enum {
     ECHOD_STEPS_REJECTED,    /* answered before any step (HTTP error, shed, bad grpc-timeout): never any */
 } echod_steps_state_t;
 
-/* Whether the pump is running (an inline step may re-enter it). */
+/* Whether the pump is running (an inline step may re-enter it). Moves: IDLE -> RUNNING -> IDLE;
+ * RUNNING -> AGAIN (re-entered) -> RUNNING (the next round); AGAIN -> AGAIN (re-entered again). */
 typedef enum {
     ECHOD_PUMP_IDLE = 0,
     ECHOD_PUMP_RUNNING,
     ECHOD_PUMP_AGAIN, /* re-entered while running: the running pump goes round once more */
 } echod_pump_state_t;
 
-/* Which streams a shutdown drain counts. */
+/* Which streams a shutdown drain counts. Moves: NONE -> OPEN (the drain began) -> CUT (drain_timeout);
+ * NONE -> CUT (a max_connection_age grace cut). */
 typedef enum {
     ECHOD_DRAIN_NONE = 0,
     ECHOD_DRAIN_OPEN, /* open when the drain began: counted finished when it closes */
@@ -105,7 +119,7 @@ struct echod_stream {
     uint32_t requested;   /* messages the handler asked for and has not been given */
     size_t held_bytes;    /* received but not yet returned to the flow-control window */
     uint64_t deadline_ms; /* 0 = none; in h2o_now() time */
-    const char *timing;   /* echod-timing for the trailers (points into call.h.timing) */
+    const char *timing;   /* echod-timing for the trailers, as the close op was given it (the call's memory) */
     size_t out_queued;    /* bytes in out_head..out_tail not yet sent */
     int status_code;      /* trailers to send once the write queue is empty */
     char *status_message;
@@ -116,8 +130,8 @@ struct echod_stream {
     h2o_timeout_entry_t deadline; /* linked while a grpc-timeout runs */
 };
 
-/* A new stream for a request HEADERS (from the loop's pool; NULL when out of memory). It holds
- * the transport's reference to its call and one to conn. */
+/* A new stream for a request HEADERS, from the loop's pool. It holds the transport's reference to
+ * its call and one to conn. */
 echod_stream_t *echod_stream_new(struct echod_conn *conn, int32_t id);
 
 /* nghttp2's on_header callback: one request header field, counted against max_header_list_bytes. */
@@ -135,6 +149,9 @@ int echod_stream_on_data(nghttp2_session *session, uint8_t flags, int32_t stream
 /* The send_data callback's part: copies `length` queued bytes, which nghttp2 has framed, to dst. */
 void echod_stream_copy_data(echod_stream_t *s, uint8_t *dst, size_t length);
 
+/* The client's END_STREAM arrived (with HEADERS or DATA): it has half-closed. */
+void echod_stream_end_received(echod_stream_t *s);
+
 /* The frame with END_STREAM was sent: 1 if the client still sends (the stream gets RST_STREAM). */
 int echod_stream_end_sent(echod_stream_t *s);
 
@@ -145,7 +162,8 @@ void echod_stream_closed(echod_stream_t *s);
 /* Submits whatever steps the stream state now makes due. Never inside nghttp2 callbacks. */
 void echod_stream_pump(echod_stream_t *s);
 
-/* Queues the status (trailers, or Trailers-Only) after the queued messages; timing may be NULL. */
+/* Queues the status (trailers, or Trailers-Only) after the queued messages. message is copied;
+ * timing (may be NULL) is kept as given until the trailers go: memory that lives as the call does. */
 void echod_stream_close(echod_stream_t *s, int code, const char *message, const char *timing);
 
 /* Shutdown: 1 if this stream counts as open for the drain (and marks it). */

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "util/cgroup.h"
+#include "util/err.h"
 
 const char *const echod_cgroup_version_names[] = {
     [ECHOD_CGROUP_NONE] = "none",
@@ -268,11 +269,7 @@ void echod_cgroup_read_cpu(const char *root, echod_cgroup_cpu_t *out)
     FILE *fp = fopen(path, "re");
     if (fp == NULL)
         return;
-    cgroup_dirs_t *d = malloc(sizeof(*d));
-    if (d == NULL) {
-        fclose(fp);
-        return;
-    }
+    cgroup_dirs_t *d = echod_must(malloc(sizeof(*d)), "cgroup paths");
     int v1_cpu = 0;
     while (fgets(line, sizeof(line), fp) != NULL) {
         line[strcspn(line, "\n")] = '\0';

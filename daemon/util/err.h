@@ -4,7 +4,9 @@
  * A function that can fail for a reason the user should read returns -1 (or NULL) and writes
  * one line into the caller's buffer with echod_set_err. Running out of memory is not such a
  * reason: a per-call allocation has no sensible fallback, so echod says what it was allocating
- * and aborts (a core or a restart beats a call silently answered wrong). Any thread.
+ * and aborts (a core or a restart beats a call silently answered wrong). Every allocation in
+ * daemon/ is echod_must's argument (test_source_rules checks it; docs/threads.md, "Out of
+ * memory", has the few exceptions). Any thread.
  */
 #ifndef ECHOD_ERR_H
 #define ECHOD_ERR_H

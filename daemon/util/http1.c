@@ -4,6 +4,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include "util/h2o_compat.h"
+#include "util/err.h"
 #include "util/http1.h"
 
 static void on_conn_close(void *data)
@@ -25,11 +26,8 @@ static void on_accept(h2o_socket_t *listener, const char *err)
         h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
         if (sock == NULL)
             break;
-        echod_http1_conn_t *conn = calloc(1, sizeof(*conn)); /* h2o_linklist_insert wants an unlinked (zeroed) node */
-        if (conn == NULL) {
-            h2o_socket_close(sock);
-            continue;
-        }
+        /* zeroed: h2o_linklist_insert wants an unlinked node */
+        echod_http1_conn_t *conn = echod_must(calloc(1, sizeof(*conn)), "HTTP/1.1 connection");
         conn->sock = sock;
         conn->server = s;
         h2o_linklist_insert(&s->conns, &conn->link);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "work/spec.h"
+#include "util/err.h"
 
 /* How a key's value reads, and where it goes in an echod_work_over_t (and, resolved, in its copy). */
 typedef enum { K_BYTES, K_US, K_STATUS, K_FRACTION, K_BOOL, K_DIST, K_SEED } key_kind_t;
@@ -47,7 +48,7 @@ static void set_error(char **error, const char *key, const char *what, const cha
         return;
     char buf[256];
     snprintf(buf, sizeof(buf), "%s: %s, got \"%.*s\"", key, what, (int)(vlen > 64 ? 64 : vlen), value);
-    *error = strdup(buf);
+    *error = echod_must(strdup(buf), "echod-* header error");
 }
 
 /* Decimal digits only: no sign, no blanks, no base prefix. */
@@ -180,7 +181,7 @@ void echod_work_resolve(const echod_config_t *cfg, const char *path, const echod
     char buf[160];
     if (overrides && check_caps(cfg, &r, buf, sizeof(buf))) {
         if (*error == NULL)
-            *error = strdup(buf);
+            *error = echod_must(strdup(buf), "echod-* header error");
         r.model = cfg->work.model; /* the call fails in start_call, priced as the server prices calls */
     }
     int seeded = overrides && (over->set & (1u << ECHOD_WORK_SEED)) != 0;

@@ -440,6 +440,84 @@ static void test_model_charges(void)
     echod_config_free(&cfg);
 }
 
+/*
+ * limits.max_calls_in_flight with threads admitting at once, as the I/O loops do: every admission
+ * reserves (util/limit.h), so the gauge is never read above the limit, and its peak says so. With
+ * a check, then an add, two threads could both pass the check at 0 and hold two calls under a
+ * limit of one.
+ */
+typedef struct {
+    const echod_dispatcher_t *d;
+    pthread_barrier_t *start;
+    long rounds, admitted, shed;
+    int64_t seen; /* the highest calls_admitted this thread read while holding a call */
+} admit_racer_t;
+
+static void *admit_racer(void *arg)
+{
+    admit_racer_t *r = arg;
+    fake_stream_t *f = malloc(sizeof(*f));
+    pthread_barrier_wait(r->start);
+    for (long i = 0; i != r->rounds; i++) {
+        memset(f, 0, sizeof(*f));
+        f->home = pthread_self();
+        echod_call_init(&f->call, &fake_ops, r->d);
+        f->call.path = unary.path;
+        f->call.path_len = strlen(unary.path);
+        char *work_error = NULL;
+        echod_work_over_t over = {0};
+        if (echod_call_admit(&f->call, &over, &work_error) == ECHOD_ADMIT_ACCEPTED) {
+            r->admitted++;
+            int64_t now = atomic_load_explicit(&echod_metrics.calls_admitted, memory_order_relaxed);
+            r->seen = now > r->seen ? now : r->seen;
+            sched_yield(); /* hold it a moment: the other threads find the limit reached */
+        } else {
+            r->shed++;
+        }
+        free(work_error);
+        echod_call_release(&f->call); /* the last reference: gives the admission back */
+    }
+    free(f);
+    return NULL;
+}
+
+static void test_admit_limit_race(void)
+{
+    enum { THREADS = 4, LIMIT = 1 };
+    echod_config_t cfg;
+    echod_dispatcher_t d;
+    dispatcher_for(&cfg, &d, (const char *const[]){"executor.mode=direct", "limits.max_calls_in_flight=1", NULL});
+    atomic_store(&echod_metrics.calls_admitted_peak, 0);
+    uint64_t shed0 = echod_metrics_value(&echod_metrics.calls_shed);
+    admit_racer_t r[THREADS];
+    pthread_t t[THREADS];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, THREADS);
+    for (int i = 0; i != THREADS; i++) {
+        r[i] = (admit_racer_t){.d = &d, .start = &start, .rounds = 50000 * check_stress()};
+        CHECK(pthread_create(&t[i], NULL, admit_racer, &r[i]) == 0);
+    }
+    long admitted = 0, shed = 0;
+    int64_t seen = 0;
+    for (int i = 0; i != THREADS; i++) {
+        pthread_join(t[i], NULL);
+        admitted += r[i].admitted;
+        shed += r[i].shed;
+        seen = r[i].seen > seen ? r[i].seen : seen;
+    }
+    pthread_barrier_destroy(&start);
+    int64_t peak = atomic_load(&echod_metrics.calls_admitted_peak);
+    printf("admit race: %ld admitted, %ld shed, highest gauge read %lld, peak %lld (limit %d)\n", admitted, shed,
+           (long long)seen, (long long)peak, LIMIT);
+    CHECK(seen == LIMIT);
+    CHECK(peak == LIMIT);
+    CHECK(shed > 0); /* the threads did contend */
+    CHECK(echod_metrics_value(&echod_metrics.calls_shed) - shed0 == (uint64_t)shed);
+    CHECK(atomic_load(&echod_metrics.calls_admitted) == 0);
+    echod_dispatcher_dispose(&d);
+    echod_config_free(&cfg);
+}
+
 int main(void)
 {
     echod_config_t cfg;
@@ -452,6 +530,7 @@ int main(void)
     test_per_method_switch();
     test_unknown_method();
     test_model_charges();
+    test_admit_limit_race();
     echod_config_free(&cfg);
     return check_done();
 }
