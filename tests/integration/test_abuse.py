@@ -795,9 +795,14 @@ class Slowloris(Base):
                                   what="30 connections accepted").metric("process_open_fds")
         for c in socks:
             self.assertTrue(c.wait_closed(6), "a silent connection outlived handshake_timeout")
-        after = self.d.wait_metrics(lambda m: self.closed_by("handshake_timeout", before, m) >= 30,
-                                    what="30 handshake timeouts counted")
-        self.assertLessEqual(after.metric("process_open_fds"), fds - 30 + 2)
+        # A descriptor can outlive the count of handshake timeouts by a moment: once under
+        # valgrind on a loaded machine (tests/memcheck.sh, CI of 2026-12-03) one was still open
+        # at the first scrape that counted all 30 (22 against 21), as in the same run's
+        # test_faults; no quiet rerun showed it. 30 leaked ones would never come back, so the
+        # descriptors are waited for.
+        self.d.wait_metrics(lambda m: self.closed_by("handshake_timeout", before, m) >= 30
+                            and m.metric("process_open_fds") <= fds - 30 + 2,
+                            what="30 handshake timeouts counted and their descriptors closed")
 
     def test_idle_connection(self):
         """No stream for idle_timeout: GOAWAY(NO_ERROR), then closed, counted as idle."""
