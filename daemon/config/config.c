@@ -97,6 +97,7 @@ static const enum_name_t exec_mode_names[] = {{"direct", ECHOD_EXEC_DIRECT},
 static const enum_name_t flush_names[] = {{"loop_tail", ECHOD_FLUSH_LOOP_TAIL},
                                           {"read_complete", ECHOD_FLUSH_READ_COMPLETE},
                                           {"immediate", ECHOD_FLUSH_IMMEDIATE}};
+static const enum_name_t read_batch_names[] = {{"netty", ECHOD_READ_BATCH_NETTY}, {"h2o", ECHOD_READ_BATCH_H2O}};
 static const enum_name_t respond_names[] = {{"request", ECHOD_RESPOND_REQUEST},
                                             {"identity", ECHOD_RESPOND_IDENTITY},
                                             {"gzip", ECHOD_RESPOND_GZIP},
@@ -222,6 +223,7 @@ static const key_def_t tls_keys[] = {
 
 static const key_def_t io_keys[] = {
     UINT_KEY("event_loops", CFG, io.event_loops, 1, 64, 1),
+    ENUM_KEY("read_batch", CFG, io.read_batch, read_batch_names, ECHOD_READ_BATCH_NETTY),
     END_OF_KEYS,
 };
 
@@ -1867,6 +1869,11 @@ const char *echod_exec_mode_name(echod_exec_mode_t mode)
 const char *echod_flush_name(echod_flush_t flush)
 {
     return enum_name(flush_names, COUNT(flush_names), (unsigned)flush);
+}
+
+const char *echod_read_batch_name(echod_read_batch_t b)
+{
+    return enum_name(read_batch_names, COUNT(read_batch_names), (unsigned)b);
 }
 
 const char *echod_serialize_name(echod_serialize_t s)

@@ -89,6 +89,10 @@ typedef enum { ECHOD_SERIALIZE_AUTO = 0, ECHOD_SERIALIZE_ALWAYS } echod_serializ
  * woken thread does not preempt the running one (a hand-off waits for the waker to block). */
 typedef enum { ECHOD_SCHED_OTHER = 0, ECHOD_SCHED_BATCH } echod_sched_policy_t;
 typedef enum { ECHOD_FLUSH_LOOP_TAIL = 0, ECHOD_FLUSH_READ_COMPLETE, ECHOD_FLUSH_IMMEDIATE } echod_flush_t;
+/* io.read_batch: how a loop serves the connections one wait found ready (docs/dispatch-model.md, section 6):
+ * netty, in the order they became ready and all of them (Netty's selector loop); h2o, as libh2o's evloop
+ * runs them: newest first, at most 256 events per wait. */
+typedef enum { ECHOD_READ_BATCH_NETTY = 0, ECHOD_READ_BATCH_H2O } echod_read_batch_t;
 /* transport.compression.respond: the response's grpc-encoding (a fixed one only when the client's
  * grpc-accept-encoding lists it, else identity) */
 typedef enum {
@@ -110,7 +114,8 @@ typedef struct echod_config {
         char *key;
     } tls;
     struct {
-        unsigned event_loops; /* I/O loop threads, SO_REUSEPORT listeners; default 1 */
+        unsigned event_loops;          /* I/O loop threads, SO_REUSEPORT listeners; default 1 */
+        echod_read_batch_t read_batch; /* default netty */
     } io;
     struct {
         unsigned max_concurrent_streams;    /* advertised in SETTINGS; default 1000 */
@@ -242,6 +247,7 @@ int echod_config_parse_duration(const char *s, uint64_t *ms);
 
 const char *echod_exec_mode_name(echod_exec_mode_t mode);
 const char *echod_flush_name(echod_flush_t flush);
+const char *echod_read_batch_name(echod_read_batch_t b);
 const char *echod_serialize_name(echod_serialize_t s);
 const char *echod_sched_policy_name(echod_sched_policy_t p);
 const char *echod_dist_name(echod_dist_kind_t kind);

@@ -15,6 +15,8 @@
 static const double flush_frames_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 /* Flush bytes: a lone PING ack (tens of bytes) up to 1 MiB, in powers of 4. */
 static const double flush_bytes_bounds[] = {64, 256, 1024, 4096, 16384, 65536, 262144, 1048576};
+/* Read batches: one connection up to Netty's first epoll array (4,096 events). */
+static const double read_batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
 /* Microsecond-scale latencies: a hand-off costs a few us, a stalled pool up to seconds. */
 static const double latency_bounds_us[] = {1,    2,    5,    10,    20,    50,     100,    200, 500,
                                            1000, 2000, 5000, 10000, 50000, 100000, 500000, 1e6};
@@ -22,6 +24,7 @@ static const double latency_bounds_us[] = {1,    2,    5,    10,    20,    50,  
 _Static_assert(NELEMS(latency_bounds_us) <= ECHOD_HISTOGRAM_MAX_BOUNDS, "latency buckets fit a histogram");
 _Static_assert(NELEMS(flush_frames_bounds) <= ECHOD_HISTOGRAM_MAX_BOUNDS, "frame buckets fit a histogram");
 _Static_assert(NELEMS(flush_bytes_bounds) <= ECHOD_HISTOGRAM_MAX_BOUNDS, "byte buckets fit a histogram");
+_Static_assert(NELEMS(read_batch_bounds) <= ECHOD_HISTOGRAM_MAX_BOUNDS, "batch buckets fit a histogram");
 
 /* Set once at start-up, before the admin thread (the only reader) exists. */
 static const char *metrics_version = "unknown";
@@ -47,6 +50,7 @@ void echod_metrics_init(const echod_config_t *cfg)
     echod_metrics__reset(cfg);
     histogram_setup(&echod_metrics.flush_frames, flush_frames_bounds, NELEMS(flush_frames_bounds), 1);
     histogram_setup(&echod_metrics.flush_bytes, flush_bytes_bounds, NELEMS(flush_bytes_bounds), 1);
+    histogram_setup(&echod_metrics.read_batch, read_batch_bounds, NELEMS(read_batch_bounds), 1);
     for (size_t k = 0; k < ECHOD_DRAWN__COUNT; k++)
         latency_setup(&echod_metrics.work_drawn[k]);
     echod_metrics__process_init();
@@ -170,6 +174,7 @@ static void build_info_series(echod_metrics__render_t *r, const echod_metrics__f
         echod_metrics__label(r, "merge_lookup_and_start", yes_no(cfg->dispatch.merge_lookup_and_start));
         echod_metrics__label(r, "coalesce_end_stream", yes_no(cfg->dispatch.coalesce_end_stream));
         echod_metrics__label(r, "flush", echod_flush_name(cfg->transport.flush));
+        echod_metrics__label(r, "read_batch", echod_read_batch_name(cfg->io.read_batch));
         echod_metrics__label(r, "sched_policy", echod_sched_policy_name(cfg->dispatch.sched_policy));
         /* flat cost or cost model: the unit costs a scrape was priced with (per call they may differ) */
         const echod_work_model_t *m = &cfg->work.model;
@@ -349,6 +354,10 @@ static const echod_metrics__family_t serving[] = {
     {"echod_loop_lag_seconds", GAUGE, "How late the last 100 ms loop timer fired.", LOOP_FIELD(lag_us), SCALED(1e6)},
     {"echod_loop_lag_distribution_seconds", HISTOGRAM, "How late 100 ms loop timers fired, all loops.", FIELD(loop_lag),
      SHOWN_IF(any_loop)},
+    {"echod_loop_read_batch_connections", HISTOGRAM,
+     "Connections an I/O loop served in one read batch, all loops (io.read_batch: netty, every one ready at a wait; "
+     "h2o, one wait's, at most 256 events).",
+     FIELD(read_batch), SHOWN_IF(any_loop)},
 };
 
 /* The REST control arm (listen.rest) and the ramp stage (admin/stage.h). */

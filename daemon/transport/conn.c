@@ -36,11 +36,13 @@ struct echod_conn {
     h2o_timeout_entry_t age_entry;          /* max_connection_age, then its grace */
     uint64_t reset_budget, reset_budget_ms; /* RST_STREAMs the peer may still send, in 1/1000ths; refilled then */
     echod_conn_t *next_batch_dirty;
+    echod_conn_t *next_read;       /* io.read_batch netty: loop->reads_run, then the read batch */
+    const char *read_err;          /* ... and the error its read callback brought, if any */
     size_t frames;                 /* sent since the last counted flush */
     echod_frame_scan_t scan;       /* where the client's frames begin (recv_frames) */
     echod_stream_ids_t stream_ids; /* which client stream ids are closed, and how (RFC 9113 5.1) */
     unsigned in_recv : 1, processing : 1, closed : 1, goaway_notice : 1, goaway_final : 1, immediate_due : 1,
-        batch_dirty : 1, established : 1, aged : 1, terminated : 1;
+        batch_dirty : 1, established : 1, aged : 1, terminated : 1, read_queued : 1;
 };
 
 static void conn_close(echod_conn_t *conn);
@@ -560,10 +562,69 @@ static ssize_t send_cb(nghttp2_session *session, const uint8_t *data, size_t len
 
 static void on_read_held(echod_conn_t *conn, h2o_socket_t *sock, const char *err);
 
+/*
+ * io.read_batch netty: h2o runs the read callbacks of one wait newest first (it stacks the ready
+ * sockets in the order epoll reports them, which is the order they became ready, then pops
+ * them); Netty's selector loop serves the same keys oldest first. So the callback only queues
+ * the connection (its bytes stay in sock->input), at the front of loop->reads_run, which puts
+ * the run's connections back in the order they became ready, and the loop serves the batch in
+ * that order once every event is in (echod_conn_serve_reads). A connection read again before its
+ * turn keeps its place; the batch holds a reference.
+ */
+static void queue_read(echod_conn_t *conn, const char *err)
+{
+    echod_loop_t *loop = conn->loop;
+    if (err != NULL)
+        conn->read_err = err;
+    if (conn->read_queued)
+        return;
+    conn->read_queued = 1;
+    conn_hold(conn);
+    conn->next_read = loop->reads_run;
+    loop->reads_run = conn;
+    loop->reads_run_count++;
+    echod_loop_reads_queued(loop);
+}
+
+size_t echod_conn_take_reads(echod_loop_t *loop)
+{
+    *loop->reads_tail = loop->reads_run;
+    for (; *loop->reads_tail != NULL; loop->reads_tail = &(*loop->reads_tail)->next_read)
+        ;
+    size_t n = loop->reads_run_count;
+    loop->reads_run = NULL;
+    loop->reads_run_count = 0;
+    return n;
+}
+
+size_t echod_conn_serve_reads(echod_loop_t *loop)
+{
+    size_t served = 0;
+    echod_conn_t *conn;
+    while ((conn = loop->reads_head) != NULL) {
+        if ((loop->reads_head = conn->next_read) == NULL)
+            loop->reads_tail = &loop->reads_head;
+        conn->read_queued = 0;
+        const char *err = conn->read_err;
+        conn->read_err = NULL;
+        if (!conn->closed) { /* a timer of the waits that gathered the batch may have closed it */
+            on_read_held(conn, conn->sock, err);
+            served++;
+        }
+        echod_conn_release(conn);
+    }
+    return served;
+}
+
 /* Any flush can close the connection: callbacks hold a reference for as long as they use it. */
 static void on_read(h2o_socket_t *sock, const char *err)
 {
     echod_conn_t *conn = sock->data;
+    if (conn->loop->server->cfg->io.read_batch == ECHOD_READ_BATCH_NETTY) {
+        queue_read(conn, err);
+        return;
+    }
+    conn->loop->reads_run_count++;
     conn_hold(conn);
     on_read_held(conn, sock, err);
     echod_conn_release(conn);

@@ -25,6 +25,16 @@ void echod_conn_flush(echod_conn_t *conn, echod_flush_trigger_t trigger);
 /* After a task batch: flushes a connection the batch wrote to; returns the next one dirtied. */
 echod_conn_t *echod_conn_flush_batch(echod_conn_t *conn);
 
+/*
+ * io.read_batch netty: moves the connections read in the last h2o run to the end of the loop's
+ * read batch, oldest first; returns how many the run read.
+ */
+size_t echod_conn_take_reads(echod_loop_t *loop);
+
+/* io.read_batch netty: serves the read batch, oldest first (each read as the h2o order serves it
+ * in its callback, read_complete flush included); returns how many connections it served. */
+size_t echod_conn_serve_reads(echod_loop_t *loop);
+
 /* Graceful GOAWAY (notice, PING, final); the connection closes once its streams are done. */
 void echod_conn_goaway(echod_conn_t *conn);
 

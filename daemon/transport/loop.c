@@ -155,6 +155,60 @@ static void on_sample(h2o_timeout_entry_t *entry)
     h2o_timeout_link(loop->evloop, &loop->sample, &loop->sample_entry);
 }
 
+/* h2o's epoll backend takes at most this many events per wait (lib/common/socket/evloop/epoll.c.h). */
+#define H2O_EVENTS_PER_WAIT 256
+/*
+ * A wait that brought fewer connection reads than this did not fill h2o's event array (the other
+ * events one wait can bring: the loop's task queue, its listener and the REST arm's, and a socket
+ * becoming writable, which an echo's small answers rarely wait for), so no ready connection was
+ * left behind for the next wait.
+ */
+#define WAIT_FULL_READS (H2O_EVENTS_PER_WAIT - 8)
+
+/*
+ * io.read_batch netty: the read batch, served at the end of the run whose wait brought its last
+ * reads (the `reads` list runs before `tail`), oldest first; the loop-tail flushes follow in the
+ * same run, as Netty runs its flush task after it has processed every selected key. A full wait
+ * may have left connections ready: the batch waits for the next one (loop_iterate).
+ */
+static void on_reads(h2o_timeout_entry_t *entry)
+{
+    echod_loop_t *loop = H2O_STRUCT_FROM_MEMBER(echod_loop_t, reads_entry, entry);
+    if (echod_conn_take_reads(loop) >= WAIT_FULL_READS) {
+        loop->reads_more = 1;
+        return;
+    }
+    size_t served = echod_conn_serve_reads(loop);
+    if (served != 0)
+        echod_histogram_observe(&echod_metrics.read_batch, served);
+}
+
+void echod_loop_reads_queued(echod_loop_t *loop)
+{
+    if (!h2o_timeout_is_linked(&loop->reads_entry))
+        h2o_timeout_link(loop->evloop, &loop->reads, &loop->reads_entry);
+}
+
+/*
+ * One wait and the work it found. io.read_batch h2o: the reads of a wait newest first, at most
+ * H2O_EVENTS_PER_WAIT of them, each served in its callback. netty: every connection ready at
+ * the wait, served oldest first (on_reads): after a full wait, waits without a timeout follow
+ * until one is not full, and the batch is served at the end of that one.
+ */
+static void loop_iterate(echod_loop_t *loop)
+{
+    h2o_evloop_run(loop->evloop, INT32_MAX);
+    while (loop->reads_more) {
+        loop->reads_more = 0;
+        echod_loop_reads_queued(loop);
+        h2o_evloop_run(loop->evloop, 0);
+    }
+    if (loop->reads_run_count != 0) { /* h2o: one wait's reads */
+        echod_histogram_observe(&echod_metrics.read_batch, loop->reads_run_count);
+        loop->reads_run_count = 0;
+    }
+}
+
 static int loop_finished(echod_loop_t *loop)
 {
     return loop->draining && h2o_linklist_is_empty(&loop->conns) && (loop->rest == NULL || loop->rest_done) &&
@@ -172,6 +226,9 @@ static int loop_setup(echod_loop_t *loop)
     loop->queue = h2o_multithread_create_queue(loop->evloop);
     h2o_multithread_register_receiver(loop->queue, &loop->tasks, on_tasks);
     h2o_multithread_register_receiver(loop->queue, &loop->control, on_control);
+    /* timeout lists run in the order they are made: the read batch before the flushes after it */
+    h2o_timeout_init(loop->evloop, &loop->reads, 0);
+    loop->reads_entry.cb = on_reads;
     h2o_timeout_init(loop->evloop, &loop->tail, 0);
     h2o_timeout_init(loop->evloop, &loop->deadlines, 0);
     h2o_timeout_init(loop->evloop, &loop->tick, 10);
@@ -205,6 +262,7 @@ static void loop_teardown(echod_loop_t *loop)
     h2o_multithread_destroy_queue(loop->queue);
     h2o_evloop_run(loop->evloop, 0); /* runs the deferred close of the queue's socket */
     echod_h2o_free_queue(loop->queue);
+    h2o_timeout_dispose(loop->evloop, &loop->reads);
     h2o_timeout_dispose(loop->evloop, &loop->tail);
     h2o_timeout_dispose(loop->evloop, &loop->deadlines);
     h2o_timeout_dispose(loop->evloop, &loop->tick);
@@ -234,7 +292,7 @@ static void *loop_main(void *arg)
     loop->sample_cpu_ns = thread_cpu_ns();
     h2o_timeout_link(loop->evloop, &loop->sample, &loop->sample_entry);
     while (!loop_finished(loop))
-        h2o_evloop_run(loop->evloop, INT32_MAX);
+        loop_iterate(loop);
     loop_teardown(loop);
     /* every session and call of this loop is gone; messages still held by workers go to free() */
     echod_pool_bind_thread(NULL);
@@ -253,6 +311,7 @@ echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int liste
     loop->rest_fd = rest_fd;
     loop->metrics = echod_metrics_add_loop(index);
     h2o_linklist_init_anchor(&loop->conns);
+    loop->reads_tail = &loop->reads_head;
     atomic_init(&loop->live_calls, 0);
     pthread_mutex_init(&loop->ready_mutex, NULL);
     pthread_cond_init(&loop->ready_cond, NULL);

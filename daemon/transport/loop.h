@@ -43,6 +43,14 @@ typedef struct echod_loop {
     struct echod_loop_metrics *metrics;
     h2o_linklist_t conns;           /* echod_conn_t.link */
     struct echod_conn *batch_dirty; /* connections written to by the current task batch */
+    /* io.read_batch netty (conn.c): connections whose read callback came in the current h2o run,
+     * and the batch they join, both oldest first (the order they became ready); reads_run_count
+     * counts the run's reads under either order (echod_loop_read_batch_connections) */
+    struct echod_conn *reads_run, *reads_head, **reads_tail;
+    size_t reads_run_count;
+    h2o_timeout_t reads; /* 0 ms, before `tail`: serves the read batch (io.read_batch netty) */
+    h2o_timeout_entry_t reads_entry;
+    int reads_more; /* the last wait was full: the batch waits for the next one */
     int in_task_batch;
     int draining, cut;
     uint64_t drain_deadline_ms;
@@ -79,6 +87,9 @@ void echod_loop_shutdown(echod_loop_t *loop);
 
 /* Main thread: waits for the loop thread to finish draining, then frees it. */
 void echod_loop_join(echod_loop_t *loop);
+
+/* Loop thread: a connection joined the read batch (io.read_batch netty): it is served at the end of this run. */
+void echod_loop_reads_queued(echod_loop_t *loop);
 
 /* Loop thread: links entry to fire at deadline_ms (h2o_now time); unlink with h2o_timeout_unlink. */
 void echod_loop_link_deadline(echod_loop_t *loop, h2o_timeout_entry_t *entry, uint64_t deadline_ms);

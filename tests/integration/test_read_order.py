@@ -1,0 +1,141 @@
+"""The loop's read batch (io.read_batch, docs/dispatch-model.md section 6), as a user sees it.
+
+While a call holds the `direct-drain` loop (`echod-sleep-us` sleeps on it), connections send one
+unary call each, a few milliseconds apart, so the kernel marks them ready in that order. When the
+loop wakes, one wait finds all of them ready. Each call burns a few milliseconds of CPU, and the
+drain writes each answer at the end of its connection's read, so the order the answers arrive in
+is the order the loop served the connections:
+
+- netty (Netty's selector loop): the order they became ready, oldest first;
+- h2o (libh2o's evloop): the reverse, newest first.
+
+And how many one batch takes: Netty every connection ready at the wait, h2o at most 256 events,
+read from echod_loop_read_batch_connections.
+
+Run alone: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_read_order.py
+"""
+
+import os
+import select
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from echod_harness import (SLOW, Daemon, H2Client, StreamState, grpc_frame, main,  # noqa: E402
+                           pb_encode)
+
+ARM = os.path.join("config", "arms", "direct-drain.yaml")
+HOLD_US = int(400000 * SLOW)  # the loop sleeps this long while the batch builds up
+SPACING_S = 0.005             # between two connections' calls: the order the kernel sees
+CPU_US = 3000                 # each call's burn: its answer leaves 3 ms after the previous one
+
+
+def send_unary(c, extra=()):
+    """One unary call in one write (its HEADERS and its DATA with END_STREAM)."""
+    sid = c.conn.get_next_available_stream_id()
+    c.streams[sid] = StreamState(sid)
+    c.conn.send_headers(sid, c.grpc_headers(extra=list(extra)))
+    c.conn.send_data(sid, grpc_frame(pb_encode("order")), end_stream=True)
+    c.flush()
+    return sid
+
+
+def connected(port, n):
+    clients = [H2Client(port) for _ in range(n)]
+    for c in clients:
+        c.wait(lambda: c.settings_acked, what="SETTINGS ack")
+    return clients
+
+
+def rank_correlation(order):
+    """Spearman's rho between 0..n-1 and `order` (a permutation): 1 same order, -1 reversed."""
+    n = len(order)
+    d2 = sum((i - r) ** 2 for i, r in enumerate(order))
+    return 1 - 6.0 * d2 / (n * (n * n - 1))
+
+
+def batch_buckets(m):
+    """echod_loop_read_batch_connections: {le: cumulative count}."""
+    return {float(labels["le"]): v for labels, v in m.series("echod_loop_read_batch_connections_bucket")}
+
+
+class ReadOrder(unittest.TestCase):
+    def hold_loop(self, d):
+        """A call that sleeps on the loop; returns the thread waiting for its answer."""
+        blocker = H2Client(d.grpc_port)
+        blocker.wait(lambda: blocker.settings_acked, what="SETTINGS ack")
+        sid = send_unary(blocker, [("echod-sleep-us", str(HOLD_US))])
+        t = threading.Thread(target=blocker.wait_done, args=(sid, 30 * SLOW))
+        t.start()
+        time.sleep(0.05 * SLOW)  # the loop is now inside the sleep
+        return t
+
+    def answer_order(self, read_batch, n=24):
+        with Daemon(config=ARM, sets=["io.read_batch=%s" % read_batch]) as d:
+            clients = connected(d.grpc_port, n)
+            held = self.hold_loop(d)
+            sids = []
+            for c in clients:
+                sids.append(send_unary(c, [("echod-cpu-us", str(CPU_US))]))
+                time.sleep(SPACING_S)
+            # the first bytes of each answer, in the order they arrive
+            arrived, pending = [], {c.sock: i for i, c in enumerate(clients)}
+            deadline = time.monotonic() + 30 * SLOW
+            while pending and time.monotonic() < deadline:
+                ready, _, _ = select.select(list(pending), [], [], 1.0)
+                for sock in sorted(ready, key=lambda s: pending[s]):
+                    i = pending.pop(sock)
+                    arrived.append(i)
+            held.join()
+            for c, sid in zip(clients, sids):
+                st = c.wait_done(sid)
+                self.assertEqual(dict(st.trailers).get("grpc-status"), "0", st)
+                c.close()
+            self.assertEqual(len(arrived), n, "answers that arrived: %r" % arrived)
+            m = d.metrics()
+            rho = rank_correlation(arrived)
+            print("read_batch %s: answers in the order %s (rank correlation %.3f), batches %r" % (
+                read_batch, arrived, rho, batch_buckets(m)))
+            # the calls were served in one batch (above 16 connections)
+            self.assertGreaterEqual(m.metric("echod_loop_read_batch_connections_sum"), n)
+            buckets = batch_buckets(m)
+            self.assertGreater(buckets[float("inf")] - buckets[16.0], 0, buckets)
+            return rho
+
+    def test_netty_answers_oldest_first(self):
+        self.assertEqual(self.answer_order("netty"), 1.0)
+
+    def test_h2o_answers_newest_first(self):
+        self.assertEqual(self.answer_order("h2o"), -1.0)
+
+    def batch_size(self, read_batch, n=300):
+        """The largest read batch while n connections became ready during one hold."""
+        with Daemon(config=ARM, sets=["io.read_batch=%s" % read_batch]) as d:
+            clients = connected(d.grpc_port, n)
+            before = batch_buckets(d.metrics())
+            held = self.hold_loop(d)
+            sids = [send_unary(c) for c in clients]
+            held.join()
+            for c, sid in zip(clients, sids):
+                c.wait_done(sid)
+                c.close()
+            after = batch_buckets(d.metrics())
+            grew = {le: after[le] - before.get(le, 0) for le in after}
+            print("read_batch %s: %d connections ready at once: batches %r" % (read_batch, n, grew))
+            return grew
+
+    def test_netty_takes_every_ready_connection(self):
+        grew = self.batch_size("netty")
+        # one batch of all 300 (above 256, so in the 512 bucket and not the 256 one)
+        self.assertEqual(grew[512.0] - grew[256.0], 1, grew)
+
+    def test_h2o_takes_at_most_256(self):
+        grew = self.batch_size("h2o")
+        self.assertEqual(grew[float("inf")] - grew[256.0], 0, grew)
+        self.assertGreaterEqual(grew[float("inf")], 2, grew)
+
+
+if __name__ == "__main__":
+    main()
