@@ -3,11 +3,14 @@
 Checks what a user of the study relies on, not how fast anything is: the command exits 0 (every
 call and message answered OK; a driver's abandonment at a run's end is not a failure), every
 table of the three experiments has a row per arm and step, every plot is a PNG, and the JSON
-says which driver produced each row. The unary ramp is an open model through its top step
-(1.2x capacity): every step sent at least 0.97 of what it offered, with k6's dropped
-iterations reported per step, and the streaming ramp kept its schedule. The findings table is
-there, and every verdict in it is what the documented rule gives for the figures beside it
-(recomputed here from the published and measured values). Timing is never asserted.
+says which driver produced each row. The unary ramp runs in the study's regime, capped: k6
+never had more calls in flight than the cap, the top step (1.2x capacity) filled it and k6
+dropped the rest, every step's drops reported (offered x seconds - sent, adding up to k6's
+own count), and the streaming ramp kept its schedule. The open model runs too (the --model
+run, on direct): every step sent at least 0.97 of what it offered. The findings table is
+there, labelled with the run's cost variant and regime, and every verdict in it is what the
+documented rule gives for the figures beside it (recomputed here from the published and
+measured values). Timing is never asserted.
 
 The CFS-quota model runs too, on two arms, when this machine lets a cgroup with a quota be made
 (root). Skipped with the reason without `h2load` or k6, and in sanitizer builds (a load study measures a
@@ -33,6 +36,7 @@ from echod_harness import ECHOD_BIN, ROOT, SANITIZER, main  # noqa: E402
 from echodlib import cgroup as cglib  # noqa: E402  (echod_harness put tools/ on sys.path)
 from echodlib import findings as F  # noqa: E402
 from echodlib import k6 as k6lib  # noqa: E402
+from echodlib.study import plan as study_plan, regimes  # noqa: E402
 
 STUDY = os.path.join(ROOT, "bench", "study")
 
@@ -135,31 +139,48 @@ class QuickStudy(StudyRun):
             self.assertGreater(w, 300)
             self.assertIn("(%s)" % name, md)
 
-    def test_open_model_through_the_top_step(self):
+    def test_capped_through_the_top_step(self):
+        """The study's regime: at most the cap's calls in flight (0.2 s of capacity in
+        --quick), which the 1.2x step fills, k6 dropping the rest; every step's drops in the
+        table beside the cap and Little's law on its p99."""
         self.assertIsNotNone(self.data, self.p.stderr[-4000:])
+        regime = self.data["regime"]
+        self.assertEqual((regime["name"], regime["cap_s"], regime["published_caps"]),
+                         ("capped", 0.2, False))
+        self.assertEqual(regime["cap_calls"], round(0.2 * self.data["capacity"]))
+        self.assertEqual(self.data["label"], "flat, capped 0.2 s")
         with open(os.path.join(self.out, "study.md")) as f:
             md = f.read()
-        self.assertIn("### Open model: sent, dropped, calls in flight", md)
+        self.assertIn("### Capped at %d calls in flight (0.2 s of capacity)" % regime["cap_calls"],
+                      md)
+        cap = regime["cap_calls"]
         for arm in self.data["arms"]:
             ramp = self.data["results"][arm]["ramp"]
+            run = self.data["results"][arm]["ramp_run"]
+            self.assertEqual((run["vus"], run["cap_calls"], run["regime"]), (cap, cap, "capped"))
             self.assertGreaterEqual(ramp[-1]["fraction"], 1.2, arm)
             for s in ramp:
                 where = (arm, s["stage"], s["offered"])
                 self.assertTrue(s["driver"].startswith("k6 (ramping-arrival-rate"), where)
                 self.assertEqual(s["scheduled"], s["offered"] * s["duration_s"], where)
-                self.assertGreaterEqual(s["sent"] / s["scheduled"], 0.97,
-                                        "%r: k6 dropped %d iterations" % (where, s["dropped"]))
                 self.assertEqual(s["dropped"], max(0, round(s["scheduled"] - s["sent"])), where)
-                self.assertRegex(md, r"\| %s \| %.2g \| %.3f \| %d \|" % (
-                    re.escape(arm), s["fraction"], s["sent_ratio"], s["dropped"]))
-                # the p99 of each slice of the step, and calls in flight seen from both sides
-                self.assertEqual(len(s["slices"]), math.ceil(self.data["plan"]["ramp_s"] /
-                                                             self.data["plan"]["slice_s"]), where)
+                # k6 held the cap: its busy VUs, seen each half second, never above it
                 self.assertIsNotNone(s["busy_vus_max"], where)
+                self.assertLessEqual(s["busy_vus_max"], cap, where)
+                self.assertLess(s["k6_cores"], 0.9, where)
                 self.assertIsNotNone(s["echod_in_flight_max"], where)
                 self.assertGreater(s["k6_rss_mb"], 0, where)
-            run = self.data["results"][arm]["ramp_run"]
-            self.assertGreaterEqual(run["vus"], 1, arm)
+                self.assertEqual(len(s["slices"]), math.ceil(self.data["plan"]["ramp_s"] /
+                                                             self.data["plan"]["slice_s"]), where)
+                self.assertRegex(md, r"\| %s \| %d \(0.2 s\) \| %.2g \| %.0f \| %d \| %d \| " % (
+                    re.escape(arm), cap, s["fraction"], s["offered"], s["sent"], s["dropped"]))
+            # the top step offers 0.2 x capacity more than the arm serves for 2 s, twice the
+            # cap: the cap fills and k6 drops the rest
+            self.assertGreater(ramp[-1]["dropped"], 0, arm)
+            # the steps' drops are k6's own (to within the calls whose step a drop blurs)
+            self.assertLessEqual(abs(sum(s["dropped"] for s in ramp) -
+                                     run["k6_dropped_iterations"]),
+                                 0.02 * sum(s["scheduled"] for s in ramp), arm)
             for srun in self.data["results"][arm]["streams"]:
                 self.assertGreaterEqual(srun["steps"][-1]["offered"],
                                         1.2 * self.data["capacity"] - 1, arm)
@@ -174,7 +195,7 @@ class QuickStudy(StudyRun):
             md = f.read()
         self.assertIn("## Findings", md)
         for fd in found:
-            self.assertEqual(fd["variant"], self.data["cost"]["variant"])
+            self.assertEqual(fd["variant"], self.data["label"])
             for p in fd["parts"]:
                 # every part of a full set of arms is measured, and its verdict is the rule's
                 self.assertIsNotNone(p["measured"], (fd["id"], p["figure"]))
@@ -215,14 +236,45 @@ MODEL_CAPACITY = 400  # --capacity for the model run: its streams (~7.4x) within
 
 @unittest.skipIf(why_skip(), "bench/study --quick --model skipped: %s" % why_skip())
 class QuickModelStudy(StudyRun):
-    """--model: the cost model's variant, on direct alone (its figures are the calibration's)."""
-    ARGS = ("--arms", "direct", "--model", MODEL, "--capacity", str(MODEL_CAPACITY))
+    """--model: the cost model's variant, on direct alone (its figures are the calibration's),
+    in the open model."""
+    ARGS = ("--arms", "direct", "--model", MODEL, "--capacity", str(MODEL_CAPACITY),
+            "--regime", "open")
     PREFIX = "study-model-test-"
+
+    def test_open_model_through_the_top_step(self):
+        self.assertIsNotNone(self.data, self.p.stderr[-4000:])
+        self.assertEqual(self.data["regime"], {"name": "open", "label": "open"})
+        with open(os.path.join(self.out, "study.md")) as f:
+            md = f.read()
+        self.assertIn("### Open model: sent, dropped, calls in flight", md)
+        for arm in self.data["arms"]:
+            ramp = self.data["results"][arm]["ramp"]
+            self.assertGreaterEqual(ramp[-1]["fraction"], 1.2, arm)
+            for s in ramp:
+                where = (arm, s["stage"], s["offered"])
+                self.assertTrue(s["driver"].startswith("k6 (ramping-arrival-rate"), where)
+                self.assertEqual(s["scheduled"], s["offered"] * s["duration_s"], where)
+                self.assertGreaterEqual(s["sent"] / s["scheduled"], 0.97,
+                                        "%r: k6 dropped %d iterations" % (where, s["dropped"]))
+                self.assertEqual(s["dropped"], max(0, round(s["scheduled"] - s["sent"])), where)
+                self.assertRegex(md, r"\| %s \| %.2g \| %.3f \| %d \|" % (
+                    re.escape(arm), s["fraction"], s["sent_ratio"], s["dropped"]))
+                # the p99 of each slice of the step, and calls in flight seen from both sides
+                self.assertEqual(len(s["slices"]), math.ceil(self.data["plan"]["ramp_s"] /
+                                                             self.data["plan"]["slice_s"]), where)
+                self.assertIsNotNone(s["busy_vus_max"], where)
+                self.assertIsNotNone(s["echod_in_flight_max"], where)
+                self.assertGreater(s["k6_rss_mb"], 0, where)
+            run = self.data["results"][arm]["ramp_run"]
+            self.assertGreaterEqual(run["vus"], 1, arm)
+            self.assertEqual((run["regime"], run["cap_calls"]), ("open", None))
 
     def test_labelled_scaled_and_calibrated(self):
         self.assertEqual(self.p.returncode, 0, self.p.stderr[-4000:])
         cost = self.data["cost"]
         self.assertEqual(cost["variant"], "model:grpc-java-study")
+        self.assertEqual(self.data["label"], "model:grpc-java-study, open")
         self.assertEqual(cost["model"], os.path.relpath(MODEL, ROOT))
         with open(MODEL) as f:
             units = {k[:-len("_cpu_us")]: v for k, v in
@@ -234,7 +286,7 @@ class QuickModelStudy(StudyRun):
         # the calibration put direct at --capacity (the CPU clock's: 2% or a last round)
         self.assertLess(abs(self.data["capacity"] - MODEL_CAPACITY) / MODEL_CAPACITY, 0.05)
         for fd in self.data["findings"]:
-            self.assertEqual(fd["variant"], "model:grpc-java-study")
+            self.assertEqual(fd["variant"], "model:grpc-java-study, open")
         with open(os.path.join(self.out, "study.md")) as f:
             self.assertIn("model: config/models/grpc-java-study.yaml x", f.read())
 
@@ -255,36 +307,64 @@ class QuickModelStudy(StudyRun):
         for s in self.data["results"]["direct"]["ramp"]:
             self.assertGreaterEqual(s["sent"] / s["scheduled"], 0.97, s["stage"])
 
-    def test_bad_model_and_model_with_cpu_us(self):
+    def test_bad_options(self):
         with tempfile.NamedTemporaryFile("w", suffix=".yaml") as bad:
             bad.write("work:\n  model:\n    enabled: false\n")
             bad.flush()
             for extra, want in ((["--model", bad.name], "no enabled work.model"),
                                 (["--model", "/nonexistent.yaml"], "--model:"),
-                                (["--model", MODEL, "--cpu-us", "100"], "--cpu-us is the flat")):
+                                (["--model", MODEL, "--cpu-us", "100"], "--cpu-us is the flat"),
+                                (["--regime", "open", "--cap", "100"], "the capped regime's"),
+                                (["--regime", "open", "--published-caps"], "the capped regime's"),
+                                (["--cap", "100", "--cap-seconds", "1"], "give one"),
+                                (["--cap-seconds", "0"], "at least one call")):
                 p = subprocess.run(["/usr/bin/python3", STUDY, "--quick", "--echod", ECHOD_BIN]
                                    + extra, cwd=ROOT, capture_output=True, text=True, timeout=60)
                 self.assertEqual(p.returncode, 2, (extra, p.stderr))
                 self.assertIn(want, p.stderr)
 
     def test_merge_with_a_flat_run(self):
-        """--merge FLAT MODEL: one column per variant, labelled by the runs themselves."""
+        """--merge FLAT MODEL: one column per variant, labelled by the runs themselves (a run
+        from before the regimes by its cost variant alone)."""
         self.assertIsNotNone(self.data, self.p.stderr[-4000:])
         flat = tempfile.mkdtemp(prefix="study-flat-doc-")
         out = tempfile.mkdtemp(prefix="study-merge-model-")
         try:
             doc = dict(self.data, cost={"variant": "flat", "text": "flat", "cpu_us": 0},
                        findings=None)
+            del doc["label"], doc["regime"]
             with open(os.path.join(flat, "study.json"), "w") as f:
                 json.dump(doc, f)
             p = subprocess.run(["/usr/bin/python3", STUDY, "--merge", flat, self.out, "--out", out],
                                cwd=ROOT, capture_output=True, text=True, timeout=60)
             self.assertEqual(p.returncode, 0, p.stderr)
             with open(os.path.join(out, "findings.json")) as f:
-                self.assertEqual(json.load(f)["variants"], ["flat", "model:grpc-java-study"])
+                self.assertEqual(json.load(f)["variants"],
+                                 ["flat", "model:grpc-java-study, open"])
         finally:
             shutil.rmtree(flat, ignore_errors=True)
             shutil.rmtree(out, ignore_errors=True)
+
+
+@unittest.skipIf(why_skip(), "bench/study's estimate skipped: %s" % why_skip())
+class FullRunEstimate(unittest.TestCase):
+    """What the full run says before it starts: the capped regime's 120 s ramp steps, its cap
+    and the published caps' extra ramps in its estimate; with fewer VUs than the cap it stops
+    there (exit 2) rather than run another regime."""
+
+    def test_estimate_and_a_cap_past_the_vus(self):
+        p = subprocess.run(["/usr/bin/python3", STUDY, "--k6-max-vus", "1000", "--echod",
+                            ECHOD_BIN], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        plan = study_plan.Plan(False, regime="capped")
+        regime = regimes.Capped(plan, 1000, published_caps=True)
+        minutes = plan.estimate_s(4, regime.setup_s(1000), 2) / 60
+        self.assertIn("4 arms, 120 s ramp steps: about %.0f min of steps; the ramp holds 1994 "
+                      "VUs, its cap (1.99 s of 1000 calls/s), then direct capped at 0.716 s, then "
+                      "direct-drain capped at 0.716 s; at most 1000 (--k6-max-vus)" % minutes,
+                      p.stderr)
+        self.assertIn("a cap of 1994 calls needs as many VUs, more than k6 may have here (1000: "
+                      "--k6-max-vus)", p.stderr)
 
 
 class VerdictRule(unittest.TestCase):
@@ -370,7 +450,8 @@ class QuickQuotaStudy(StudyRun):
             for run in res[arm]["streams"]:
                 self.assertEqual([s["duration_s"] for s in run["steps"]], [STEP_S] * 2,
                                  (arm, run["streams"]))
-        self.assertRegex(self.p.stderr, r"1 arm: about \d+ min of steps")
+        self.assertRegex(self.p.stderr, r"1 arm, %d s ramp steps: about \d+ min of steps"
+                         % STEP_S)
 
     def test_step_seconds_below_one(self):
         p = subprocess.run(["/usr/bin/python3", STUDY, "--step-seconds", "0", "--echod", ECHOD_BIN],

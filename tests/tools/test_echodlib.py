@@ -7,9 +7,10 @@
                          knee and plateau; report_out's Markdown
   k6prom                 its time and selector arithmetic (a Prometheus is test_prometheus's)
   findings               verdicts of a full set of figures, merging runs
-  study                  Plan, the open model's backlog and VU sizing, k6's Go environment and
-                         VU budget, the cost and its calibration, the figures, the drivers'
-                         reading of k6 summaries, the checks
+  study                  Plan, the capped regime (its cap, extra ramps, checks) and the open
+                         model's backlog and VU sizing, k6's Go environment and VU budget, the
+                         cost and its calibration, the figures, F4 at the published caps, the
+                         drivers' reading of k6 summaries, the checks
 
 Every fixture is written inline. Run on its own: /usr/bin/python3 tests/tools/test_echodlib.py
 """
@@ -18,6 +19,7 @@ import contextlib
 import gzip
 import io
 import json
+import math
 import os
 import shutil
 import sys
@@ -483,6 +485,60 @@ class Findings(unittest.TestCase):
                 self.assertEqual(p["verdict"], F.verdict(p["rule"], p["published"],
                                                          p["measured"], p["noise"]))
 
+    def test_study_caps(self):
+        """Little's law on the study's top step: direct 1,993.9 ms x 2,140/s = 4,267 calls,
+        1.994 s of its capacity; the drain run 717.1 ms x 2,137/s = 1,532, 0.716 s."""
+        self.assertAlmostEqual(F.STUDY_CAP_CALLS["direct"], 4266.946)
+        self.assertAlmostEqual(F.STUDY_CAP_CALLS["direct-drain"], 1532.4427)
+        self.assertAlmostEqual(F.STUDY_CAP_S["direct"], 1.9939)
+        self.assertEqual((F.cap_key(F.STUDY_CAP_S["direct-drain"]), F.cap_text(1.9939),
+                          F.cap_text(F.STUDY_CAP_S["direct-drain"]), F.cap_text(0.2)),
+                         ("0.716", "1.99 s", "0.716 s", "0.2 s"))
+
+    def test_f4_at_matched_and_published_caps(self):
+        """A capped run judges F3 and F4 at its cap, and with the study's caps measured adds
+        F4p: the drain at 0.716 s against direct at 1.994 s, the caps' own ratio (direct at
+        0.716 s against 1.994 s) in its detail, whose product with the drain's at 0.716 s is
+        F4p's figure."""
+        m = dict(self.FIGURES, regime={"name": "capped", "cap_s": 1.9939,
+                                       "published_caps": True},
+                 capped_p99={"direct": {"1.994": {"1.2": 2000.0}, "0.716": {"1.2": 800.0}},
+                             "direct-drain": {"0.716": {"1.2": 720.0}}},
+                 capped_goodput={"direct": {"1.994": {"1.2": 1000.0}},
+                                 "direct-drain": {"0.716": {"1.2": 1010.0}}})
+        found = F.compute(m, "flat, capped 1.99 s")
+        self.assertEqual([f["id"] for f in found], ["F1", "F2", "F3", "F4", "F4p", "F5"])
+        f3, f4, f4p = found[2], found[3], found[4]
+        self.assertTrue(f3["parts"][0]["figure"].endswith("(every arm capped at 1.99 s)"))
+        self.assertIn("direct-drain / direct (every arm capped at 1.99 s)",
+                      f4["parts"][0]["figure"])
+        self.assertIn("direct-drain capped at 0.716 s, direct at 1.99 s",
+                      f4p["parts"][0]["figure"])
+        self.assertAlmostEqual(f4p["measured"], 0.36)
+        self.assertEqual(f4p["parts"][1]["measured"], 1.01)
+        self.assertEqual(f4p["verdict"], "reproduced")
+        d = f4p["detail"]
+        self.assertEqual((d["cap_only"], d["drain_at_drain_cap"]), (0.4, 0.9))
+        self.assertAlmostEqual(d["cap_only"] * d["drain_at_drain_cap"], f4p["measured"])
+        self.assertEqual(d["cap_only_verdict"], "reproduced")
+        self.assertAlmostEqual(d["cap_only_of_measured"], math.log(0.4) / math.log(0.36))
+        self.assertAlmostEqual(d["cap_only_of_published"], math.log(0.4) / math.log(
+            717.1 / 1993.9))
+        text = tables.published_caps_text(f4p)
+        self.assertIn("The caps alone (direct at 0.716 s against direct at 1.99 s) give 0.40, "
+                      "reproduced", text)
+        self.assertIn("the drain against direct both at 0.716 s gives 0.90", text)
+        # an open run, or a capped one without the study's caps: no F4p, F3 and F4 unlabelled
+        self.assertEqual([f["id"] for f in F.compute(dict(m, regime={"name": "capped", "cap_s":
+                                                                     0.2}), "q")],
+                         ["F1", "F2", "F3", "F4", "F5"])
+        self.assertEqual(F.compute(dict(m, regime=None), "o")[3]["parts"][0]["figure"],
+                         "p99 at 1.2x of capacity, direct-drain / direct")
+        # F4p without the drain's ramp: its parts not measured, the caps' own ratio still there
+        del m["capped_p99"]["direct-drain"]
+        f4p = F.compute(m, "x")[4]
+        self.assertEqual((f4p["verdict"], f4p["detail"]["cap_only"]), ("not measured", 0.4))
+
     def test_merge_and_tables(self):
         a = F.compute(self.FIGURES, "flat")
         b = F.compute({}, "model:x")
@@ -495,6 +551,12 @@ class Findings(unittest.TestCase):
                                          "not measured (**not measured**) |"), rows[2])
         table = F.table(a)
         self.assertTrue(table[2].startswith("| **F1** directExecutor() costs less CPU"))
+        # a run with F4p after one without: F4p next to F4 all the same
+        c = F.compute(dict(self.FIGURES, regime={"name": "capped", "cap_s": 1.9939,
+                                                 "published_caps": True}), "capped")
+        merged = F.merge([("flat", a), ("capped", c)])
+        self.assertEqual([m["id"] for m in merged], ["F1", "F2", "F3", "F4", "F4p", "F5"])
+        self.assertNotIn("flat", merged[4]["variants"])
 
 
 # ------------------------------------------------------------------------------- study
@@ -513,6 +575,12 @@ class Plan(unittest.TestCase):
         self.assertEqual(P.Plan(False, top=1.5).stream_fractions[-1], 1.5)
         s = P.Plan(True, step_s=3)
         self.assertEqual((s.ramp_s, s.stream_s, s.fixed_s, s.slice_s), (3, 3, 3, 1))
+        # the capped regime's full run: the study's 2-minute steps; --quick and --step-seconds
+        # as in the open model
+        c = P.Plan(False, regime="capped")
+        self.assertEqual((c.ramp_s, c.slice_s, c.stream_s, c.fixed_s), (120, 24, 10, 30))
+        self.assertEqual(P.Plan(True, regime="capped").ramp_s, 2)
+        self.assertEqual(P.Plan(False, step_s=10, regime="capped").ramp_s, 10)
 
     def test_rates_and_estimate(self):
         q = P.Plan(True)
@@ -522,6 +590,8 @@ class Plan(unittest.TestCase):
         # calibration (2 + 1 s) and per arm: 2 x 2 s fixed, 1 s probe, 2 x 2 s ramp, 2 x 1 s
         # streams, and the ramp's set-up
         self.assertEqual(q.estimate_s(2, ramp_setup_s=4.0), 3 + 2 * 15)
+        # an extra ramp: its steps and set-up
+        self.assertEqual(q.estimate_s(2, 4.0, extra_ramps=2), 3 + 2 * 15 + 2 * (4 + 4))
         self.assertEqual(sorted(q.as_dict()), ["fixed_s", "ramp_fractions", "ramp_s", "slice_s",
                                                "stream_fractions", "stream_s"])
 
@@ -573,6 +643,69 @@ class OpenModel(unittest.TestCase):
                                "1460); k6 used 0.95 of its core")
         self.assertIn("sent or shed 0.500", p[1])
         self.assertTrue(om.kept(0.97) and not om.kept(None))
+
+
+class CappedRegime(unittest.TestCase):
+    def test_cap_in_seconds_or_calls(self):
+        full = regimes.Capped(P.Plan(False, regime="capped"), 20000)
+        self.assertEqual(full.cap(1000.0), (1994, 1.9939))
+        self.assertEqual(full.cap(1000.0, F.STUDY_CAP_S["direct-drain"])[0], 716)
+        self.assertEqual((full.label(), full.garbage_calls([1000])), ("capped 1.99 s", 0))
+        quick = regimes.Capped(P.Plan(True, regime="capped"), 1000)
+        self.assertEqual((quick.cap(500.0), quick.label()), ((100, 0.2), "capped 0.2 s"))
+        calls = regimes.Capped(P.Plan(True, regime="capped"), 1000, cap_calls=300)
+        self.assertEqual((calls.cap(500.0), calls.label()), ((300, 0.6), "capped 300 calls"))
+        self.assertEqual(regimes.Capped(P.Plan(True), cap_s=0.5).cap(400.0), (200, 0.5))
+
+    def test_sizing_is_the_cap(self):
+        """maxVUs = preAllocatedVUs = the cap, whatever the arm serves; the deadline from it."""
+        quick = regimes.Capped(P.Plan(True, regime="capped"), 1000)
+        r = quick.ramp([200, 600], 450.0, 500.0)
+        self.assertEqual((r.vus, r.needed, r.sized_for, r.timeout_s, r.cap_calls, r.cap_s),
+                         (100, 100, 450.0, 10, 100, 0.2))
+        self.assertEqual((r.env()["VUS"], r.env()["MAX_VUS"]), ("100", "100"))
+        self.assertEqual(r.fields(), {"vus": 100, "vus_needed": 100, "vus_sized_for": 450.0,
+                                      "call_timeout_s": 10, "regime": "capped",
+                                      "cap_calls": 100, "cap_s": 0.2})
+        self.assertEqual(quick.ramp([200], 450.0, 500.0, 0.7).cap_calls, 350)
+        self.assertEqual(quick.needed([200, 600], 500.0), 100)
+        self.assertEqual(regimes.OpenModel(P.Plan(True), 1000).ramp([200, 600], 500).fields()[
+            "regime"], "open")
+
+    def test_extra_caps(self):
+        """--published-caps: the drain at the study's 0.716 s, direct at it too and at
+        1.994 s, each unless the run's own cap is that one."""
+        plan = P.Plan(False, regime="capped")
+        run = regimes.Capped(plan, 20000, published_caps=True)
+        lo, hi = F.STUDY_CAP_S["direct-drain"], F.STUDY_CAP_S["direct"]
+        self.assertEqual([run.extra_caps(a, 1000.0) for a in ("direct", "direct-drain",
+                                                              "virtual")], [[lo], [lo], []])
+        self.assertEqual(run.needed([1200], 1000.0), 1994)
+        at_drain = regimes.Capped(plan, 20000, cap_s=lo, published_caps=True)
+        self.assertEqual([at_drain.extra_caps(a, 1000.0) for a in ("direct", "direct-drain")],
+                         [[hi], []])
+        self.assertEqual(at_drain.needed([1200], 1000.0), 1994, "direct's extra ramp")
+        self.assertEqual(regimes.Capped(plan, 20000).extra_caps("direct", 1000.0), [])
+
+    def test_problems(self):
+        """Past the cap or k6 out of its core is a problem, in any ramp of an arm; drops are
+        the regime."""
+        quick = regimes.Capped(P.Plan(True, regime="capped"), 1000)
+
+        def step(frac, busy, cores, dropped=0):
+            return {"fraction": frac, "offered": 500 * frac, "busy_vus_max": busy,
+                    "k6_cores": cores, "dropped": dropped, "sent_ratio": 0.8}
+        run = {"cap_calls": 100}
+        res = {"direct": {"ramp": [step(0.4, 3, 0.2), step(1.2, 100, 0.5, dropped=400)],
+                          "ramp_run": run, "streams": [],
+                          "extra_ramps": [{"name": "direct@0.716s", "ramp_run": {"cap_calls": 50},
+                                           "ramp": [step(1.2, 51, 0.95)]}]}}
+        self.assertEqual(quick.problems(res, ["direct"]), [
+            "direct@0.716s, ramp 1.2x (600/s): 51 VUs busy, past the cap of 50",
+            "direct@0.716s, ramp 1.2x (600/s): k6 used 0.95 of its core (at most 0.90: the step "
+            "measured k6, not the server)"])
+        self.assertEqual([n for n, _, _ in regimes.ramps(res["direct"], "direct")],
+                         ["direct", "direct@0.716s"])
 
 
 class Costs(unittest.TestCase):
@@ -675,6 +808,43 @@ class StudyFigures(unittest.TestCase):
         m = figures.measured_figures(res, ["direct"], 1000.0, 2000)
         self.assertEqual(m["ramp_goodput"]["direct"], {"0.4": 400.0, "1.2": 1200.0})
 
+    def test_capped_figures_and_table(self):
+        """A capped run's ramps keyed by their cap (its own and the extra ones), and the
+        regime's table: a row per step of every ramp with the cap and Little's law on the p99
+        in calls and seconds of capacity beside the study's."""
+        res = study_results()
+        for a in ("direct", "virtual"):
+            res[a]["ramp_run"] = {"cap_calls": 2000, "cap_s": 1.9939}
+            for s in res[a]["ramp"]:
+                s.update(sent_ratio=0.9, sent=1800 * s["fraction"], dropped=200 * s["fraction"],
+                         p50_ms=5.0, busy_vus_mean=900.0, busy_vus_max=2000,
+                         echod_in_flight_mean=3.0, echod_in_flight_max=9,
+                         little_p99_in_flight=1990.0, k6_cores=0.4)
+        extra = [dict(s, p99_ms=5 * s["fraction"]) for s in res["direct"]["ramp"]]
+        res["direct"]["extra_ramps"] = [{"name": "direct@0.716s", "cap_calls": 716,
+                                         "cap_s": 0.716, "ramp": extra,
+                                         "ramp_run": {"cap_calls": 716, "cap_s": 0.716}}]
+        regime = {"name": "capped", "cap_s": 1.9939, "published_caps": True}
+        m = figures.measured_figures(res, ["direct", "virtual"], 1000.0, 2000, regime=regime)
+        self.assertEqual(m["regime"], regime)
+        self.assertEqual(m["capped_p99"]["direct"], {"1.994": {"0.4": 4.0, "1.2": 12.0},
+                                                     "0.716": {"0.4": 2.0, "1.2": 6.0}})
+        self.assertEqual(m["capped_goodput"]["virtual"], {"1.994": {"0.4": 400.0, "1.2": 950.0}})
+        self.assertEqual(m["ramp_p99"]["direct"], {"0.4": 4.0, "1.2": 12.0}, "its own ramp")
+        self.assertEqual(figures.measured_figures(study_results(), ["direct"], 1000.0, 2000)[
+            "capped_p99"], {}, "an open run's")
+        rows = tables.capped_table(res, ["direct", "virtual"], 1000.0)
+        self.assertEqual(len(rows), 2 + 3 * 2)
+        self.assertEqual(rows[3], "| direct | 2000 (1.99 s) | 1.2 | 1200 | 2160 | 240 | 1000 | "
+                                  "5.00 / 12.00 | 900 / 2000 | 3 / 9 | 1990 (1.99 s) | "
+                                  "4267 (1.99 s) | 0.40 |")
+        self.assertTrue(rows[4].startswith("| direct@0.716s | 716 (0.716 s) | 0.4 |"), rows[4])
+        res["virtual"]["ramp"][1].update(busy_vus_max=2001, k6_cores=0.93)
+        self.assertIn("| 900 / 2001 **over the cap** |", tables.capped_table(
+            res, ["virtual"], 1000.0)[3])
+        self.assertTrue(tables.capped_table(res, ["virtual"], 1000.0)[3].endswith(
+            "| 0.93 **k6** |"))
+
     def test_published(self):
         self.assertEqual(figures.published_p99("direct", 1.2), 1993.9)
         self.assertIsNone(figures.published_p99("direct", 0.5))
@@ -715,6 +885,17 @@ class StudyFigures(unittest.TestCase):
         with open(os.path.join(tmp, "out", "findings.json")) as f:
             self.assertEqual(json.load(f)["variants"], ["flat", "flat (two)"])
         self.assertIn("| flat | verdict | flat (two) | verdict |", text)
+        # a run labelled by its regime: its label, and F4p's detail under the table
+        with open(os.path.join(dirs[1], "study.json"), "w") as f:
+            json.dump({"cost": {"variant": "flat"}, "label": "flat, capped 1.99 s",
+                       "findings": F.compute(dict(Findings.FIGURES, regime={
+                           "name": "capped", "cap_s": 1.9939, "published_caps": True}),
+                           "flat, capped 1.99 s")}, f)
+        text = merge.merge_runs(dirs, os.path.join(tmp, "out"))
+        self.assertIn("| flat | verdict | flat, capped 1.99 s | verdict |", text)
+        self.assertIn("| **F4p** the drain's cut at the study's own caps", text)
+        self.assertIn("\nflat, capped 1.99 s: F4p, at the published caps: direct-drain at "
+                      "0.716 s against direct at 1.99 s, p99 at 1.2x - (published 0.36).", text)
 
 
 class StudyDrivers(unittest.TestCase):

@@ -19,10 +19,15 @@ Noise floors are the run-to-run spread of each kind of figure in bench/RESULTS.m
 full runs: CPU-per-call ratios (0.94-0.96 over five runs) and plateau ratios repeat within 1-2%
 (floor 2%), tail ratios within several per cent (10%), stream ratios 5%, shed counts 25%.
 
-Cost variants: a run measures one synthetic-cost variant (bench/study's `cost_variant`: "flat",
-work.defaults.cpu_us per call or message; a structural model can be another). Each finding of a
-run says which (`variant`); merge() lines several runs' findings up by id, one column per
-variant, so two cost models show side by side.
+Cost variants and regimes: a run measures one synthetic-cost variant ("flat", work.defaults.cpu_us
+per call or message, or a work.model preset) in one regime of the unary ramp (capped, as the
+study's k6 ran it, or open). Each finding of a run says which (`variant`, its label, e.g.
+"flat, capped 1.99 s"); merge() lines several runs' findings up by id, one column per label.
+
+F3 and F4 compare arms of one run, so in a capped run at matched caps (every arm's ramp at the
+run's cap). F4 is also judged at the study's own caps (F4p, when the run measured them: the
+drain at STUDY_CAP_S["direct-drain"], direct at STUDY_CAP_S["direct"]), with the ratio the cap
+difference alone gives (direct at the one cap against direct at the other) in its detail.
 """
 
 import math
@@ -51,6 +56,17 @@ RAMP_P99 = {
 RAMP_SCALE = 2000.0
 PLATEAU_KNEE = {"direct": (2140, 2200), "virtual": (2060, 2000)}
 DRAIN_PEAK = {"direct-drain": 2137, "direct": 2116}  # peak goodput of the drain replication
+# The study's top step read as a cap on calls in flight (docs/study-load.md): Little's law on its
+# p99 and goodput at 2,400 calls/s, direct 1,993.9 ms x 2,140/s = 4,267 calls and the drain run
+# 717.1 ms x 2,137/s = 1,532; in seconds of direct's capacity (its 2,140/s plateau: what
+# bench/study calibrates), 1.994 and 0.716 s. The mean wait under a cap is cap / goodput
+# whatever the server does, and the two stock arms' 4,267 and 4,264 (goodput 4% apart) agree
+# to 0.1%: the signature of k6's maxVUs.
+STUDY_CAPACITY = PLATEAU_KNEE["direct"][0]
+STUDY_CAP_CALLS = {"direct": RAMP_P99["direct"][-1] / 1000.0 * STUDY_CAPACITY,
+                   "direct-drain": RAMP_P99["direct-drain"][-1] / 1000.0 *
+                   DRAIN_PEAK["direct-drain"]}
+STUDY_CAP_S = {a: c / STUDY_CAPACITY for a, c in STUDY_CAP_CALLS.items()}
 # fixed-rate grid, 200 calls/s per arm (about 10% utilisation), JVM
 GRID = {"virtual": {"p50": 3.1, "p99": (65, 72), "cpu_m": 220},
         "direct": {"p50": 2.9, "p99": (115, 137), "cpu_m": 145}}
@@ -79,6 +95,16 @@ def geomean(values):
 def frac_key(x):
     """A ramp step's multiple of capacity as a JSON key: 0.8 -> "0.8"."""
     return "%g" % round(x, 3)
+
+
+def cap_key(seconds):
+    """A cap in seconds of capacity as a JSON key: STUDY_CAP_S["direct"] -> "1.994"."""
+    return "%.3f" % seconds
+
+
+def cap_text(seconds):
+    """A cap in seconds of capacity as the tables and labels write it: 1.99 s, 0.716 s."""
+    return "%.3g s" % seconds
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -126,8 +152,61 @@ def rule_text():
 
 # --------------------------------------------------------------------------- the five findings
 
+def drain_parts(p99, goodput, drain, direct, at):
+    """F4's two parts: the drain's p99 and goodput at the top step over direct's, from
+    {name: {frac_key: figure}} (an arm's ramp, or one of its capped ramps); `at` says at which
+    caps."""
+    top = frac_key(1.2)
+    return [part("p99 at 1.2x of capacity, direct-drain / direct" + at,
+                 RAMP_P99["direct-drain"][-1] / RAMP_P99["direct"][-1], "717 against 1,994 ms at "
+                 "2,400 calls/s (-64%)", ratio(p99.get(drain, {}).get(top),
+                                                p99.get(direct, {}).get(top)), 0.10),
+            part("goodput at 1.2x of capacity, direct-drain / direct" + at,
+                 DRAIN_PEAK["direct-drain"] / DRAIN_PEAK["direct"],
+                 "peak 2,137 against 2,116 calls/s: unchanged",
+                 ratio(goodput.get(drain, {}).get(top), goodput.get(direct, {}).get(top)), 0.0,
+                 rule=UNCHANGED)]
+
+
+def drain_at_published_caps(m, variant):
+    """F4p: F4 with each arm at the cap the study's own run had (STUDY_CAP_S: the drain at
+    0.716 s, direct at 1.994 s), and in its detail what the cap difference alone gives (direct
+    at the drain's cap over direct at its own): the published -64% is that ratio times the
+    drain's own at the drain's cap, so the detail says how much of it the caps account for."""
+    def ramp(name, arm, cap_of):
+        """{frac_key: figure} of arm's ramp capped at the study's cap of arm `cap_of`."""
+        return (m.get(name, {}).get(arm) or {}).get(cap_key(STUDY_CAP_S[cap_of])) or {}
+    lo, hi = cap_text(STUDY_CAP_S["direct-drain"]), cap_text(STUDY_CAP_S["direct"])
+    p99 = {"drain": ramp("capped_p99", "direct-drain", "direct-drain"),
+           "direct": ramp("capped_p99", "direct", "direct"),
+           "direct at the drain's cap": ramp("capped_p99", "direct", "direct-drain")}
+    goodput = {"drain": ramp("capped_goodput", "direct-drain", "direct-drain"),
+               "direct": ramp("capped_goodput", "direct", "direct")}
+    parts = drain_parts(p99, goodput, "drain", "direct", " (direct-drain capped at %s, direct "
+                        "at %s: the study's runs)" % (lo, hi))
+    top = frac_key(1.2)
+    cap_only = ratio(p99["direct at the drain's cap"].get(top), p99["direct"].get(top))
+    published, measured = parts[0]["published"], parts[0]["measured"]
+    return finding(
+        "F4p", "drain-cuts-deep-tail-at-published-caps", "the drain's cut at the study's own "
+        "caps, and what the caps alone give", parts,
+        {"caps_s": {a: STUDY_CAP_S[a] for a in ("direct", "direct-drain")},
+         "cap_only": cap_only, "cap_only_verdict": verdict(RATIO, published, cap_only, 0.10),
+         "cap_only_of_published": math.log(cap_only) / math.log(published) if cap_only else None,
+         "cap_only_of_measured": (math.log(cap_only) / math.log(measured)
+                                  if cap_only and measured and measured != 1 else None),
+         "drain_at_drain_cap": ratio(p99["drain"].get(top),
+                                     p99["direct at the drain's cap"].get(top)),
+         "note": "cap_only: p99 at 1.2x, direct capped at %s over direct at %s (the caps' "
+                 "difference alone; its verdict against the published %.2f by the same rule); "
+                 "drain_at_drain_cap: direct-drain over direct, both at %s; the measured ratio "
+                 "is their product" % (lo, hi, published, lo)},
+        variant)
+
+
 def compute(m, variant):
-    """The five findings from a run's measured figures `m` (bench/study's measured_figures):
+    """The five findings from a run's measured figures `m` (bench/study's measured_figures),
+    and F4p after F4 when the run measured the study's caps (regime's published_caps):
 
       cpu_per_call[arm], own_cpu_per_call[arm]    fixed-rate grid on k6, µs
       grid_p99[arm], grid_p50_h2load[arm]         fixed-rate grid, ms
@@ -135,8 +214,14 @@ def compute(m, variant):
       ramp_p99[arm][frac_key(x)]                  unary ramp p99 per step (x capacity), ms
       ramp_goodput[arm][frac_key(x)]              unary ramp goodput per step, calls/s
       stream_plateau[arm], stream_top_p99[arm], stream_top_shed[arm]   over the stream counts
+      regime                                      {name, cap_s, published_caps, ...} or None
+      capped_p99[arm][cap_key(s)][frac_key(x)]    p99 per step of each capped ramp, ms
+      capped_goodput[arm][cap_key(s)][frac_key(x)]   and its goodput, calls/s
     """
     f = []
+    regime = m.get("regime") or {}
+    matched = (" (every arm capped at %s)" % cap_text(regime["cap_s"])
+               if regime.get("name") == "capped" else "")
     cpu = m.get("cpu_per_call", {})
     own = m.get("own_cpu_per_call", {})
     f.append(finding(
@@ -170,34 +255,27 @@ def compute(m, variant):
     meas_tail = geomean([rp["direct"][frac_key(x)] / rp["virtual"][frac_key(x)] for x in high])
     f.append(finding(
         "F3", "ahead-at-saturation", "directExecutor() is ahead at saturation: goodput and tails",
-        [part("plateau goodput, direct / virtual", PLATEAU_KNEE["direct"][0] /
+        [part("plateau goodput, direct / virtual" + matched, PLATEAU_KNEE["direct"][0] /
               PLATEAU_KNEE["virtual"][0], "~2,140 against ~2,060 calls/s",
               ratio(plateau.get("direct"), plateau.get("virtual")), 0.02),
-         part("p99, direct / virtual, geometric mean over the steps of %s x capacity" % (
-             "/".join("%g" % x for x in high) or "0.8-1.2"), pub_tail,
+         part("p99, direct / virtual, geometric mean over the steps of %s x capacity%s" % (
+             "/".join("%g" % x for x in high) or "0.8-1.2", matched), pub_tail,
               "the same steps of 1,600-2,400 calls/s: 222/239, 289/325, 382/662, 650/973, "
               "1,994/2,070 ms", meas_tail, 0.10)],
         {"knee": m.get("knee", {}), "published_knee": {a: PLATEAU_KNEE[a][1] for a in PLATEAU_KNEE}},
         variant))
     rg = m.get("ramp_goodput", {})
-    top = frac_key(1.2)
     f.append(finding(
         "F4", "drain-cuts-deep-tail", "draining at the end of a read batch cuts the deep-saturation "
         "tail, goodput unchanged",
-        [part("p99 at 1.2x of capacity, direct-drain / direct",
-              RAMP_P99["direct-drain"][-1] / RAMP_P99["direct"][-1], "717 against 1,994 ms at "
-              "2,400 calls/s (-64%)", ratio(rp.get("direct-drain", {}).get(top),
-                                             rp.get("direct", {}).get(top)), 0.10),
-         part("goodput at 1.2x of capacity, direct-drain / direct",
-              DRAIN_PEAK["direct-drain"] / DRAIN_PEAK["direct"],
-              "peak 2,137 against 2,116 calls/s: unchanged",
-              ratio(rg.get("direct-drain", {}).get(top), rg.get("direct", {}).get(top)), 0.0,
-              rule=UNCHANGED)],
+        drain_parts(rp, rg, "direct-drain", "direct", matched),
         {"published_cuts": {"0.6": 66.6 / 86.6, "0.9": 230.7 / 289.3, "1.1": 498.1 / 649.7},
          "measured_cuts": {frac_key(x): ratio(rp.get("direct-drain", {}).get(frac_key(x)),
                                                rp.get("direct", {}).get(frac_key(x)))
                            for x in (0.6, 0.9, 1.1)}},
         variant))
+    if regime.get("published_caps"):
+        f.append(drain_at_published_caps(m, variant))
     sp = m.get("stream_plateau", {})
     sp99 = m.get("stream_top_p99", {})
     shed = m.get("stream_top_shed", {})
@@ -252,7 +330,8 @@ def merge(runs):
             m["variants"][label] = {
                 "measured": fd["measured"], "verdict": fd["verdict"], "detail": fd["detail"],
                 "parts": [{"measured": p["measured"], "verdict": p["verdict"]} for p in fd["parts"]]}
-    return out
+    # F4p (only in runs that measured it) right after F4, whichever run had it first
+    return sorted(out, key=lambda m: m["id"])
 
 
 def merged_table(merged, labels):

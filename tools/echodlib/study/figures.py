@@ -4,6 +4,7 @@ step, for the tables and plots."""
 
 from .. import findings as F
 from ..fmt import ratio
+from .regimes import ramps
 
 
 def step_at(res, arm, i):
@@ -35,10 +36,18 @@ def published_in_flight(arm, frac):
     return p99 / 1000.0 * min(frac * F.RAMP_SCALE, plateau)
 
 
-def measured_figures(res, arms, cap, cpu_us, flat=True):
-    """The figures findings.compute() reads, from a run's results (also those of a study.json
-    written before bench/study computed findings: their steps have no `fraction`, which is then
-    offered / capacity, and their unary steps no `answered`, then the OK calls)."""
+def in_seconds(calls, capacity):
+    """Calls in flight as seconds of a capacity (a cap's unit): the study's at its direct arm's
+    2,140/s (findings.STUDY_CAPACITY), a run's at its calibrated capacity."""
+    return calls / float(capacity) if calls is not None and capacity else None
+
+
+def measured_figures(res, arms, cap, cpu_us, flat=True, regime=None):
+    """The figures findings.compute() reads, from a run's results and its `regime` (study.json's:
+    None for a run from before it had one; also those of a study.json written before
+    bench/study computed findings: their steps have no `fraction`, which is then offered /
+    capacity, and their unary steps no `answered`, then the OK calls). A capped run's ramps
+    (its own and the extra ones) are also keyed by their cap (capped_p99, capped_goodput)."""
     def frac(s):
         return s["fraction"] if "fraction" in s else round(s["offered"] / cap, 2)
 
@@ -46,7 +55,8 @@ def measured_figures(res, arms, cap, cpu_us, flat=True):
         return s["answered"] if s.get("answered") is not None else s["ok"]
     m = {k: {} for k in ("cpu_per_call", "own_cpu_per_call", "grid_p99", "grid_p50_h2load",
                          "plateau", "knee", "ramp_p99", "ramp_goodput", "stream_plateau",
-                         "stream_top_p99", "stream_top_shed")}
+                         "stream_top_p99", "stream_top_shed", "capped_p99", "capped_goodput")}
+    m["regime"] = regime
     for a in arms:
         r = res[a]
         for s in r["fixed"]:
@@ -65,6 +75,13 @@ def measured_figures(res, arms, cap, cpu_us, flat=True):
         m["ramp_p99"][a] = {F.frac_key(frac(s)): s["p99_ms"] for s in r["ramp"]}
         m["ramp_goodput"][a] = {F.frac_key(frac(s)): answered(s) / s["duration_s"]
                                 for s in r["ramp"]}
+        for _, steps, run in ramps(r, a):
+            if (run or {}).get("cap_s"):
+                key = F.cap_key(run["cap_s"])
+                m["capped_p99"].setdefault(a, {})[key] = {F.frac_key(frac(s)): s["p99_ms"]
+                                                           for s in steps}
+                m["capped_goodput"].setdefault(a, {})[key] = {
+                    F.frac_key(frac(s)): answered(s) / s["duration_s"] for s in steps}
         if r["streams"]:
             m["stream_plateau"][a] = F.geomean(stream_plateau(run) for run in r["streams"])
             m["stream_top_p99"][a] = F.geomean(run["steps"][-1]["p99_ms"] for run in r["streams"])

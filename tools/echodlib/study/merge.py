@@ -1,25 +1,27 @@
-"""bench/study --merge: the findings of several runs (one per cost variant) side by side."""
+"""bench/study --merge: the findings of several runs (cost variants, regimes) side by side."""
 
 import json
 import os
 
 from .. import findings as F
 from .figures import measured_figures
+from .tables import published_caps_text
 
 
 def read_run(d, labels):
-    """(label, findings) of the run in directory d: labelled by its cost variant (and the
-    directory when an earlier run has that label); a run from before bench/study wrote its
-    findings gets them from its results."""
+    """(label, findings) of the run in directory d: labelled as it labelled itself (its cost
+    variant and regime, "flat, capped 1.99 s"; a run from before the regimes by its cost
+    variant alone), and by the directory too when an earlier run has that label; a run from
+    before bench/study wrote its findings gets them from its results."""
     with open(os.path.join(d, "study.json")) as fh:
         doc = json.load(fh)
-    label = (doc.get("cost") or {}).get("variant") or "flat"
+    label = doc.get("label") or (doc.get("cost") or {}).get("variant") or "flat"
     if label in labels:
         label = "%s (%s)" % (label, os.path.basename(os.path.normpath(d)))
     found = doc.get("findings")
     if found is None:
         found = F.compute(measured_figures(doc["results"], doc["arms"], doc["capacity"],
-                                           doc["cpu_us"]), label)
+                                           doc["cpu_us"], regime=doc.get("regime")), label)
     return label, found
 
 
@@ -31,10 +33,14 @@ def merge_runs(dirs, out):
     merged = F.merge(runs)
     labels = [l for l, _ in runs]
     os.makedirs(out, exist_ok=True)
-    md = ["# The study's findings by cost variant", "",
+    md = ["# The study's findings by cost variant and regime", "",
           "Runs: %s. Verdicts: %s" % (", ".join("%s: `%s`" % (l, d) for (l, _), d in
                                                  zip(runs, dirs)), F.rule_text()), ""]
     md += F.merged_table(merged, labels)
+    for fd in merged:
+        if fd["id"] == "F4p":  # its detail: what the caps alone give, in each run that had it
+            md += [""] + ["%s: %s" % (l, published_caps_text(dict(v, published=fd["published"])))
+                          for l, v in fd["variants"].items()]
     text = "\n".join(md) + "\n"
     with open(os.path.join(out, "findings.md"), "w") as fh:
         fh.write(text)

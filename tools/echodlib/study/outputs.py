@@ -8,7 +8,7 @@ import time
 
 from .. import cgroup, findings as F, k6, k6result, report_out
 from ..report import InputError
-from . import plots, tables
+from . import plots, regimes, tables
 from .figures import measured_figures
 from .regimes import OPEN_MODEL_SENT
 
@@ -79,14 +79,14 @@ def missing_plots(out, written, with_streams):
 def header(run, elapsed, variant_text):
     """study.md's title and the run's set-up: CPU model, cost and calibration, drivers, arms."""
     plan, res, arms = run.plan, run.res, run.arms
-    vus = {a: (res[a].get("ramp_run") or {}).get("vus") for a in arms}
+    vus = ", ".join("%s %s" % (a, (res[a].get("ramp_run") or {}).get("vus")) for a in arms)
     drivers = "no k6: the unary ramp on h2load (closed window)"
     if run.drivers.k6:
         drivers = ("k6 v%d.%d.%d: constant-arrival-rate in the fixed-rate grid (evenly spaced), "
-                   "the unary ramp open-model (ramping-arrival-rate, one continuous run, %d s "
-                   "steps, VUs pre-allocated and connected: %s), bidi-ramp.js for the streams "
-                   "(%d s steps)" % (k6.version(run.drivers.k6) + (plan.ramp_s, ", ".join(
-                       "%s %s" % (a, vus[a]) for a in arms), plan.stream_s)))
+                   "the unary ramp %s in one continuous run of %d s steps, its VUs pre-allocated "
+                   "and connected (%s), bidi-ramp.js for the streams (%d s steps)" % (
+                       k6.version(run.drivers.k6) + (run.regime.describe(run.cap), plan.ramp_s,
+                                                     vus, plan.stream_s)))
     md = ["# echod capacity study (%s)" % ("quick" if plan.quick else "full"), "",
           "- CPU model: %s" % run.model.text,
           "- per-call cost (%s): the direct arm's capacity on one CPU (1e6 / its server CPU µs "
@@ -102,31 +102,52 @@ def header(run, elapsed, variant_text):
     return md + ["- note: %s" % n for n in run.notes]
 
 
-def open_model_section(run):
-    """The open model's table, the VUs per arm and the tail inside the saturated steps (empty
-    without a k6 ramp)."""
+def regime_section(run):
+    """The regime's table (every step of every ramp), the VUs per ramp and the tail inside the
+    saturated steps (empty without a k6 ramp)."""
     plan, res, arms = run.plan, run.res, run.arms
-    om = tables.open_model_table(res, arms, plan)
-    if len(om) <= 2:
+    if run.regime.name == "capped":
+        rows = tables.capped_table(res, arms, run.cap)
+        calls, seconds = run.regime.cap(run.cap)
+        md = ["### Capped at %d calls in flight (%s of capacity): sent, dropped, calls in "
+              "flight" % (calls, F.cap_text(seconds)), "",
+              "k6 holds at most the cap's VUs (maxVUs = preAllocatedVUs), one call each, and "
+              "drops every iteration that finds none free: dropped = offered x seconds - sent, "
+              "the regime, not a failure. Once the cap is full k6 is a closed loop of its VUs "
+              "and a call waits cap / goodput on average, whatever the server does "
+              "(docs/study-load.md). Busy VUs: k6's `vus` gauge (its REST API, each second), "
+              "never above the cap; echod in flight: `echod_calls_in_flight` (under `direct` "
+              "the calls wait unread in the sockets). p99 x goodput: Little's law on the p99, an "
+              "upper bound of the calls in flight, in calls and in seconds of capacity (this "
+              "run's %.0f/s; the study's 2,140/s), beside the study's and the cap. A ramp named "
+              "arm@cap ran on the arm's echod right after its own ramp, at one of the study's "
+              "caps (F4p). k6 CPU: its process over the step, below %.2f of its core." % (
+                  run.cap, regimes.K6_CORE), ""] + rows
+    else:
+        rows = tables.open_model_table(res, arms, plan)
+        md = ["### Open model: sent, dropped, calls in flight", "",
+              "Sent / offered: the calls k6 started over those the step offered (%.2f or more "
+              "keeps the open model; k6 drops an iteration that finds no free VU). Busy VUs: "
+              "k6's `vus` gauge (its REST API, each second), one per call in flight on k6's "
+              "side; echod in flight: `echod_calls_in_flight` (under `direct` the backlog waits "
+              "unread in the sockets, so it stays small). p99 x goodput: Little's law on the "
+              "p99, an upper bound of the calls in flight; the study's is the same bound on its "
+              "figures. k6 CPU and RSS: its process over the step." % OPEN_MODEL_SENT, ""] + rows
+    if len(rows) <= 2:
         return []
-    md = ["### Open model: sent, dropped, calls in flight", "",
-          "Sent / offered: the calls k6 started over those the step offered (%.2f or more "
-          "keeps the open model; k6 drops an iteration that finds no free VU). Busy VUs: "
-          "k6's `vus` gauge (its REST API, each second), one per call in flight on k6's "
-          "side; echod in flight: `echod_calls_in_flight` (under `direct` the backlog waits "
-          "unread in the sockets, so it stays small). p99 x goodput: Little's law on the p99, "
-          "an upper bound of the calls in flight; the study's is the same bound on its "
-          "figures. k6 CPU and RSS: its process over the step." % OPEN_MODEL_SENT, ""] + om
-    runs = [(a, res[a]["ramp_run"]) for a in arms if res[a].get("ramp_run")]
-    md += ["", "VUs per arm (pre-allocated; sized for the backlog of an arm serving the "
-           "calls/s given; each given one call before the first step, the warm-up, because "
-           "a VU's first call costs k6 twice a later one) and k6's own "
-           "`dropped_iterations` over the whole run: %s." %
-           "; ".join("%s %d VUs for %.0f/s (needed %d; warm-up %s), dropped %d" % (
-               a, run["vus"], run["vus_sized_for"], run["vus_needed"],
-               "%d calls in %d s" % (run["warmup"]["iterations"], run["warmup"]["seconds"])
-               if run.get("warmup") else "none",
-               run["k6_dropped_iterations"]) for a, run in runs)]
+    capped = run.regime.name == "capped"
+    runs = [(name, run) for a in arms for name, _, run in regimes.ramps(res[a], a) if run]
+    md += ["", "VUs per ramp (pre-allocated; %s; each given one call before the first step, "
+           "the warm-up, because a VU's first call costs k6 twice a later one) and k6's own "
+           "`dropped_iterations` over the whole run: %s." % (
+               "the cap" if capped else "sized for the backlog of an arm serving the calls/s "
+               "given", "; ".join(
+                   "%s %d VUs (%swarm-up %s), dropped %d" % (
+                       name, r["vus"], "" if capped else "for %.0f/s, needed %d; " % (
+                           r["vus_sized_for"], r["vus_needed"]),
+                       "%d calls in %d s" % (r["warmup"]["iterations"], r["warmup"]["seconds"])
+                       if r.get("warmup") else "none", r["k6_dropped_iterations"])
+                   for name, r in runs))]
     sl = tables.slices_table(res, arms, plan)
     if sl:
         md += ["", "### The tail inside the saturated steps", "",
@@ -149,7 +170,7 @@ def markdown(run, found, elapsed, variant_text, problems):
     md += tables.ramp_table(res, arms, run.cap, plan)
     md += ["", "![p99 vs offered, echod and the study](study-ramp-p99.png) "
            "![goodput vs offered, echod and the study](study-ramp-goodput.png)", ""]
-    md += open_model_section(run)
+    md += regime_section(run)
     md += ["deploy/report's plots: ![p99 vs offered](ramp/p99-vs-offered.png) "
            "![goodput vs offered](ramp/goodput-vs-offered.png)", ""]
     throttle = tables.throttle_table(res, arms, plan)
@@ -172,10 +193,22 @@ def markdown(run, found, elapsed, variant_text, problems):
     return "\n".join(md) + "\n"
 
 
+def regime_doc(run):
+    """study.json's `regime`: its name and label, and a capped run's cap (calls and seconds of
+    capacity) and whether it ran the study's caps too (the extra ramps: results[arm]
+    ["extra_ramps"])."""
+    doc = {"name": run.regime.name, "label": run.regime.label()}
+    if run.regime.name == "capped":
+        calls, seconds = run.regime.cap(run.cap)
+        doc.update(cap_calls=calls, cap_s=seconds, published_caps=run.regime.published_caps)
+    return doc
+
+
 def document(run, found, elapsed, variant, variant_text, problems):
     """study.json."""
     args, cost, x = run.args, run.cost, run.x
     return {"quick": run.plan.quick, "cpu_model": run.model.text, "cpu_us": x,
+            "regime": regime_doc(run), "label": label(run, variant),
             "capacity": run.cap, "calibration": run.calib, "arms": run.arms, "notes": run.notes,
             "k6": run.drivers.k6, "top": run.plan.top, "k6_max_vus": args.k6_max_vus,
             "k6_go_env": args.k6_go_env, "k6_max_vus_why": args.k6_max_vus_why,
@@ -188,6 +221,12 @@ def document(run, found, elapsed, variant, variant_text, problems):
             "results": run.res, "problems": problems}
 
 
+def label(run, variant):
+    """The run's label, its findings' variant and --merge's column: the cost variant and the
+    regime ("model:grpc-java-study, capped 1.99 s")."""
+    return "%s, %s" % (variant, run.regime.label())
+
+
 def write(run, t_start):
     """A finished run's outputs in --out: the experiments' reports, the findings, the plots,
     study.md and study.json (what is missing is a problem of the run). Returns study.md."""
@@ -195,8 +234,8 @@ def write(run, t_start):
     reports = experiment_reports(res, arms, args.out, args.p99_threshold_ms, problems)
     ramp_summaries(res, arms, reports)
     variant, variant_text = run.cost.variant(run.x)
-    found = F.compute(measured_figures(res, arms, run.cap, run.x, run.cost.name == "flat"),
-                      variant)
+    found = F.compute(measured_figures(res, arms, run.cap, run.x, run.cost.name == "flat",
+                                       regime_doc(run)), label(run, variant))
     written = plots.study_plots(res, arms, run.cap, run.plan, args.out)
     problems += missing_plots(args.out, written, run.drivers.k6)
     elapsed = time.monotonic() - t_start

@@ -1,5 +1,5 @@
-"""A study run's durations and steps: the full run, --quick (what CI runs), --step-seconds and
---top."""
+"""A study run's durations and steps: the full run, --quick (what CI runs), --step-seconds,
+--top and the regime's default step."""
 
 import math
 
@@ -8,12 +8,16 @@ DEFAULT_ARMS = ["direct", "direct-drain", "virtual", "cached"]
 RAMP_FRACTIONS = [0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.2]
 CAPACITY = 1000.0  # --capacity: direct's calls/s on one CPU
 QUICK_CAPACITY = 500.0  # --quick's
+# the unary ramp's step in a full run: the study's own 2 minutes in the capped regime (its VUs
+# are the cap, whatever the step's length), 15 s in the open model (its backlog, and so its
+# VUs, grow with the step: 120 s steps need 8x the VUs, docs/study-load.md)
+RAMP_S = {"capped": 120, "open": 15}
 
 
 class Plan:
     """Durations (seconds) and steps (multiples of capacity) of a full run or of --quick."""
 
-    def __init__(self, quick, step_s=None, top=1.2):
+    def __init__(self, quick, step_s=None, top=1.2, regime="open"):
         self.quick = quick
         self.top = top
         self.calib_rounds = 1 if quick else 3
@@ -23,7 +27,7 @@ class Plan:
         above = [round(1.2 + 0.1 * k, 3) for k in range(1, 100) if 1.2 + 0.1 * k < top - 1e-9]
         self.ramp_fractions = ([0.4] if quick else RAMP_FRACTIONS[:-1]) + [1.2] + above + \
             ([round(top, 3)] if top > 1.2 + 1e-9 else [])
-        self.ramp_s = 2 if quick else 15
+        self.ramp_s = 2 if quick else RAMP_S[regime]
         # bidi-ramp.js steps linearly: 0.3, 0.6, ... to the first step at or past --top (--quick:
         # half of it, then all of it)
         self.stream_fractions = [round(top / 2, 3), round(top, 3)] if quick else \
@@ -47,14 +51,15 @@ class Plan:
         step = round(stream_capacity * self.stream_fractions[1]) - first
         return [first + k * step for k in range(len(self.stream_fractions))]
 
-    def estimate_s(self, arms, ramp_setup_s=0.0):
+    def estimate_s(self, arms, ramp_setup_s=0.0, extra_ramps=0):
         """Seconds the steps themselves take, and the ramp's set-up per arm (the regime's:
-        k6's VUs, their connections and warm-up); calibration and start-up add a few per
+        k6's VUs, their connections and warm-up), with `extra_ramps` unary ramps more in all
+        (the capped regime's at the published caps); calibration and start-up add a few per
         cent."""
-        per_arm = (2 * self.fixed_s + self.probe_s + len(self.ramp_fractions) * self.ramp_s
-                   + len(self.stream_counts) * len(self.stream_fractions) * self.stream_s
-                   + ramp_setup_s)
-        return self.calib_rounds * (self.calib_s + 1) + arms * per_arm
+        ramp = len(self.ramp_fractions) * self.ramp_s + ramp_setup_s
+        per_arm = (2 * self.fixed_s + self.probe_s + ramp
+                   + len(self.stream_counts) * len(self.stream_fractions) * self.stream_s)
+        return self.calib_rounds * (self.calib_s + 1) + arms * per_arm + extra_ramps * ramp
 
     def as_dict(self):
         """study.json's `plan`."""

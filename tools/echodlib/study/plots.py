@@ -31,6 +31,11 @@ def study_plots(res, arms, cap, plan, out):
         if pts:
             line, = ax.plot(*zip(*pts), marker="o", ms=3, label="echod %s" % a)
             colors[a] = line.get_color()
+        for x in res[a].get("extra_ramps", []):  # the capped regime's, at the study's caps
+            pts = [(s["fraction"], s["p99_ms"]) for s in x["ramp"] if s["p99_ms"]]
+            if pts:
+                ax.plot(*zip(*pts), marker="^", ms=3, ls=":", color=colors.get(a),
+                        label="echod %s, capped at %s" % (a, F.cap_text(x["cap_s"])))
     for a, p99 in F.RAMP_P99.items():
         ax.plot([x / F.RAMP_SCALE for x in F.RAMP_OFFERED], p99, ls="--", marker="x", ms=4,
                 color=colors.get(a, "grey"), label="published %s" % F.NAMES[a])

@@ -10,6 +10,7 @@ import os
 from .. import fmt, paths
 from . import log
 from .cost import calibrate
+from .regimes import ramps
 from .server import Window, echod_target, start_echod
 
 
@@ -79,6 +80,11 @@ class Run:
             r["fixed"] = self.fixed_grid(target, arm, cap)
             r["ramp"] = self.unary_ramp(target, arm, cap, mu, r)
             if self.drivers.k6:
+                # the capped regime's ramps at the study's other caps, on this echod as the
+                # arm's own ramp left it (every call answered: the drivers' Window waits)
+                for cap_s in self.regime.extra_caps(arm, cap):
+                    r.setdefault("extra_ramps", []).append(
+                        self.extra_ramp(target, arm, cap, mu, cap_s))
                 r["streams"] = self.stream_ramps(target, arm, x, cap)
         finally:
             err = d.stop()
@@ -115,17 +121,28 @@ class Run:
             return steps
         try:
             steps, r["ramp_run"] = self.drivers.ramp(target, arm, plan, rates,
-                                                     self.regime.ramp(rates, mu))
+                                                     self.regime.ramp(rates, mu, cap))
         except RuntimeError as e:
             self.problems.append("%s, unary ramp: %s" % (arm, e))
-        for s in steps:
-            log("  ramp %.2gx = %d/s: sent %.3f (dropped %d), goodput %.0f/s, p99 %s ms, busy "
-                "VUs %s, echod in flight %s, k6 %s cores %s MB" % (
-                    s["fraction"], s["offered"], s["sent_ratio"], s["dropped"],
-                    s["answered"] / s["duration_s"], fmt.num(s["p99_ms"], 2),
-                    fmt.num(s["busy_vus_max"], 0), fmt.num(s["echod_in_flight_max"], 0),
-                    fmt.num(s["k6_cores"], 2), fmt.num(s["k6_rss_mb"], 0)))
+        log_ramp(steps)
         return steps
+
+    def extra_ramp(self, target, arm, cap, mu, cap_s):
+        """The arm's unary ramp again, capped at `cap_s` seconds of capacity: study.json's
+        {name (arm@cap, also k6's ARM tag), cap_calls, cap_s, ramp, ramp_run}."""
+        rates = self.plan.ramp_rates(cap)
+        sizing = self.regime.ramp(rates, mu, cap, cap_s)
+        name = "%s@%ss" % (arm, fmt.num(cap_s, 3))
+        log("  ramp capped at %d calls (%.3f s of capacity): %s" % (sizing.cap_calls, cap_s,
+                                                                    name))
+        x = {"name": name, "cap_calls": sizing.cap_calls, "cap_s": cap_s, "ramp": [],
+             "ramp_run": None}
+        try:
+            x["ramp"], x["ramp_run"] = self.drivers.ramp(target, name, self.plan, rates, sizing)
+        except RuntimeError as e:
+            self.problems.append("%s, unary ramp: %s" % (name, e))
+        log_ramp(x["ramp"])
+        return x
 
     def stream_ramps(self, target, arm, x, cap):
         """bidi-ramp.js at each stream count, its steps fractions of the stream capacity."""
@@ -145,22 +162,35 @@ class Run:
         return out
 
 
+def log_ramp(steps):
+    """A progress line per unary ramp step."""
+    for s in steps:
+        log("  ramp %.2gx = %d/s: sent %.3f (dropped %d), goodput %.0f/s, p99 %s ms, busy "
+            "VUs %s, echod in flight %s, k6 %s cores %s MB" % (
+                s["fraction"], s["offered"], s["sent_ratio"], s["dropped"],
+                s["answered"] / s["duration_s"], fmt.num(s["p99_ms"], 2),
+                fmt.num(s["busy_vus_max"], 0), fmt.num(s["echod_in_flight_max"], 0),
+                fmt.num(s["k6_cores"], 2), fmt.num(s["k6_rss_mb"], 0)))
+
+
 def call_problems(res, arms):
     """Every call must have succeeded (a client's abandonment at a run's end is not a
     failure): the steps and runs where one did not."""
     out = []
     for arm in arms:
-        for s in res[arm]["fixed"] + res[arm]["ramp"]:
+        steps = [(arm, s) for s in res[arm]["fixed"]] + [
+            (name, s) for name, ramp, _ in ramps(res[arm], arm) for s in ramp]
+        for name, s in steps:
             if s["failed"]:
                 out.append("%s, %s at %.0f/s: %d calls failed (echod: %r%s)" % (
-                    arm, s["driver"], s["offered"], s["failed"], s["server_codes"],
+                    name, s["driver"], s["offered"], s["failed"], s["server_codes"],
                     "; %d k6 iterations threw, e.g. %s" % (s["k6_errors"], s["k6_error"])
                     if s.get("k6_errors") else ""))
-        run = res[arm].get("ramp_run")
-        if run and (run["server_failed"] or run["k6_errors"]):
-            out.append("%s, unary ramp: echod ended %d calls with %r%s" % (
-                arm, run["server_failed"], run["server_codes"], "; k6: %s" % run["k6_error"]
-                if run["k6_error"] else ""))
+        for name, _, run in ramps(res[arm], arm):
+            if run and (run["server_failed"] or run["k6_errors"]):
+                out.append("%s, unary ramp: echod ended %d calls with %r%s" % (
+                    name, run["server_failed"], run["server_codes"], "; k6: %s" %
+                    run["k6_error"] if run["k6_error"] else ""))
         for run in res[arm]["streams"]:
             bad = sum(s["failed"] for s in run["steps"]) + run["server_failed"]
             if bad or run["k6_errors"]:

@@ -3,7 +3,7 @@ echod's, and the findings'."""
 
 from .. import findings as F, fmt
 from . import regimes
-from .figures import published_in_flight, published_p99, step_at, stream_plateau
+from .figures import in_seconds, published_in_flight, published_p99, step_at, stream_plateau
 
 
 def fixed_table(res, arms):
@@ -99,6 +99,48 @@ def open_model_table(res, arms, plan):
     return out
 
 
+def calls_and_seconds(calls, capacity):
+    """Calls in flight and the seconds of `capacity` they are: "1,994 (1.99 s)", or "-"."""
+    if calls is None:
+        return "-"
+    return "%s (%s)" % (fmt.num(calls, 0), F.cap_text(in_seconds(calls, capacity)))
+
+
+def capped_table(res, arms, capacity):
+    """Per step of every ramp of every arm (its own, then the extra ones at other caps): the
+    cap, what k6 sent and dropped, goodput, p50 / p99, the calls in flight on both sides, and
+    Little's law on the p99 beside the study's and the cap, in calls and seconds of capacity
+    (the run's; the study's 2,140/s)."""
+    out = ["| ramp | cap | offered (x) | offered/s | sent | dropped | goodput/s | p50 / p99 ms "
+           "| busy VUs mean / max | echod in flight mean / max | p99 x goodput | study: p99 x "
+           "goodput | k6 CPU (cores) |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for a in arms:
+        for name, steps, run in regimes.ramps(res[a], a):
+            cap = (run or {}).get("cap_calls")
+            cap_cell = "%d (%s)" % (cap, F.cap_text(run["cap_s"])) if cap else "-"
+            for s in steps:
+                if "sent_ratio" not in s:
+                    continue
+                pub = published_in_flight(a, s["fraction"])
+                over = cap and (s["busy_vus_max"] or 0) > cap
+                out.append("| %s | %s | %.2g | %.0f | %d | %d | %s | %s | %s / %s%s | %s / %s | "
+                           "%s | %s | %s%s |" % (
+                               name, cap_cell, s["fraction"],
+                               s["offered"], s["sent"], s["dropped"],
+                               fmt.num(s["answered"] / s["duration_s"], 0),
+                               fmt.pair(s["p50_ms"], s["p99_ms"], 2, 0),
+                               fmt.num(s["busy_vus_mean"], 0), fmt.num(s["busy_vus_max"], 0),
+                               " **over the cap**" if over else "",
+                               fmt.num(s["echod_in_flight_mean"], 0),
+                               fmt.num(s["echod_in_flight_max"], 0),
+                               calls_and_seconds(s["little_p99_in_flight"], capacity),
+                               calls_and_seconds(pub, F.STUDY_CAPACITY),
+                               fmt.num(s["k6_cores"], 2), " **k6**" if (s["k6_cores"] or 0)
+                               >= regimes.K6_CORE else ""))
+    return out
+
+
 def slices_table(res, arms, plan):
     """The p99 of the calls sent in each slice of the steps from 1.0x up: how the tail grows
     through a saturated step of an open model (a closed window holds it flat)."""
@@ -167,6 +209,28 @@ def stream_table(res, arms, unary_plateau):
 
 
 def findings_md(findings, variant_text):
-    return (["Each figure is a ratio of two arms (or workloads) of this run beside the study's "
-             "own; its verdict is computed: " + F.rule_text() + " Cost variant: %s." % variant_text,
-             ""] + F.table(findings))
+    md = (["Each figure is a ratio of two arms (or workloads) of this run beside the study's "
+           "own; its verdict is computed: " + F.rule_text() + " Cost variant: %s." % variant_text,
+           ""] + F.table(findings))
+    for fd in findings:
+        if fd["id"] == "F4p":
+            md += ["", published_caps_text(fd)]
+    return md
+
+
+def published_caps_text(fd):
+    """F4p's detail in a sentence: how much of the cut the caps alone give."""
+    d = fd["detail"]
+    lo, hi = F.cap_text(d["caps_s"]["direct-drain"]), F.cap_text(d["caps_s"]["direct"])
+    return ("F4p, at the published caps: direct-drain at %s against direct at %s, p99 at 1.2x "
+            "%s (published %s). The caps alone (direct at %s against direct at %s) give %s, %s "
+            "against the published %s by the same rule (%s of the published effect, %s of the "
+            "measured one); the drain against direct both at %s gives %s." % (
+                lo, hi, fmt.num(fd["measured"], 2), fmt.num(fd["published"], 2), lo, hi,
+                fmt.num(d["cap_only"], 2), d["cap_only_verdict"], fmt.num(fd["published"], 2),
+                share(d["cap_only_of_published"]), share(d["cap_only_of_measured"]), lo,
+                fmt.num(d["drain_at_drain_cap"], 2)))
+
+
+def share(x):
+    return "-" if x is None else "%.0f%%" % (100 * x)
