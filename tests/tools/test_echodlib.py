@@ -993,6 +993,13 @@ class PeerLoad(unittest.TestCase):
         self.assertEqual(d["solved"], "low load alone (Hq taken as 0)")
         self.assertAlmostEqual(d["Hw_us"], (3 * 40.0 + 3 * 4.0) / 3.0)
 
+    def test_derivation_with_a_negative_cost(self):
+        f = peer_load.wake_figures(self.runs(), {"low": 6.0, "sat": 6.0})
+        f["net_us"]["default"]["sat"] -= 30.0
+        d = peer_load.derive_wakes(f)
+        self.assertLess(d["Hq_us"], 0)
+        self.assertIn("not determined", d["solved"])
+
     def test_median_tree_and_tables(self):
         m = peer_load.median_tree([{"a": 1, "b": {"c": 1.0}, "s": "x"},
                                    {"a": 3, "b": {"c": None}, "s": "y"},

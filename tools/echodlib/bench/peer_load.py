@@ -187,6 +187,10 @@ def derive_wakes(f, study_call_us=STUDY_DIRECT_CALL_US, pool="default"):
             hq = (wakes["low"] * delta["sat"] - wakes["sat"] * delta["low"]) / det
     if hw is None and delta["low"] is not None and wakes["low"]:
         hw, hq, solved = delta["low"] / wakes["low"], 0.0, "low load alone (Hq taken as 0)"
+    elif hw is not None and min(hw, hq) < 0:
+        # a hand-off costs something: the counts did not separate the two kinds here (a busy
+        # machine, a JIT still compiling, or few queued hand-offs at either load)
+        solved = "two loads, **a negative cost: not determined by these runs**"
     out.update(Hw_us=hw, Hq_us=hq, solved=solved if hw is not None else "not solvable")
     scale = study_call_us / c_sat if c_sat else None
     out["ratio"] = {k: (out[k] / c_sat if out[k] is not None and c_sat else None)
@@ -360,17 +364,26 @@ def calibrate_peer(args, workdir, drivers):
     return x, cap
 
 
-def stalls_main(args):
+def setup(args, mode, k6_for):
+    """(scratch directory, Drivers) of a peer experiment, the peer built; None (said why) when
+    the peer or k6 (needed for `k6_for`) cannot run here."""
     why = peers.unusable()
+    if not why:
+        workdir = tempfile.mkdtemp(prefix="echod-%s-" % mode)
+        drivers, why_k6 = peer_drivers(args, workdir)
+        why = why_k6 and "k6 is needed for %s: %s" % (k6_for, why_k6)
     if why:
-        log("bench/model stalls: %s" % why)
-        return 2
-    workdir = tempfile.mkdtemp(prefix="echod-stalls-")
-    drivers, why = peer_drivers(args, workdir)
-    if why:
-        log("bench/model stalls: k6 is needed (the study's fixed-rate grid): %s" % why)
-        return 2
+        log("bench/model %s: %s" % (mode, why))
+        return None
     peers.build(args.peers_build, log=log)
+    return workdir, drivers
+
+
+def stalls_main(args):
+    ready = setup(args, "stalls", "the study's fixed-rate grid")
+    if not ready:
+        return 2
+    workdir, drivers = ready
     cpu_us, cap = calibrate_peer(args, workdir, drivers)
     rate = round(LOW_LOAD * cap)
     kinds = stall_kinds(args.stall_fractions, args.stall_us)
