@@ -11,7 +11,7 @@ import os
 from .. import fmt, paths, peers
 from . import log, witness
 from .cost import calibrate
-from .server import Window, echod_target, peer_target, start_echod, start_peer
+from .server import echod_target, peer_target, start_echod, start_peer
 
 
 class Run:
@@ -111,15 +111,16 @@ class Run:
             target = peer_target(p)
             self.wrun[name] = {"warmup": witness.warm_up(self, target), "log": p.log_path}
             # the peer charges a bidi message what it charges a call: its stream capacity is
-            # its unary one
-            self.wres[name] = self.measure(target, name, self.cap)
+            # its unary one; its probe at least 3 s (after --quick's short warm-up its compiler
+            # threads may still hold the CPU for a second)
+            self.wres[name] = self.measure(target, name, self.cap, max(3, self.plan.probe_s))
         finally:
             err = p.stop()
             if err:
                 self.problems.append("%s: the peer %s:\n%s" % (name, err, p.log_tail()))
         return self.wres[name]
 
-    def measure(self, target, arm, stream_capacity):
+    def measure(self, target, arm, stream_capacity, probe_s=None):
         """The three experiments against a started server: {"fixed", "ramp", "streams",
         "capacity_probe", "ramp_run"}."""
         cap = self.cap
@@ -128,7 +129,7 @@ class Run:
         # 0.9-1.1x of the calibrated capacity (the CPU clock's: on a busy machine the probe
         # measures the machine, and a backlog sized on it would ask for far more VUs than
         # an arm of this capacity can build)
-        r["capacity_probe"] = probe = self.drivers.capacity(target, self.plan.probe_s)
+        r["capacity_probe"] = probe = self.drivers.capacity(target, probe_s or self.plan.probe_s)
         mu = min(max(probe, 0.9 * cap), 1.1 * cap)
         log("  capacity probe: %.0f calls/s%s" % (probe, "" if mu == probe else
                                                    " (VUs sized for %.0f)" % mu))
