@@ -199,8 +199,9 @@ def write(run, t_start):
     found = F.compute(measured_figures(res, arms, run.cap, run.x, run.cost.name == "flat"),
                       variant)
     witness_md, witness_doc = witness.outputs(run, found, variant, args.out, problems)
-    written = plots.study_plots(res, arms, run.cap, run.plan, args.out)
-    problems += missing_plots(args.out, written, run.drivers.k6)
+    if arms:  # echod's curves (none in a run of the witness alone)
+        written = plots.study_plots(res, arms, run.cap, run.plan, args.out)
+        problems += missing_plots(args.out, written, run.drivers.k6)
     elapsed = time.monotonic() - t_start
     text = markdown(run, found, elapsed, variant_text, problems, witness_md)
     with open(os.path.join(args.out, "study.md"), "w") as fh:
