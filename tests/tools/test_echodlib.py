@@ -876,6 +876,28 @@ class Jvm(unittest.TestCase):
         for name, group in names.items():
             self.assertEqual(jvm.thread_group(name), group, name)
 
+    def test_warm_up(self):
+        """Chunks until the compiler threads' share falls under the threshold (here the
+        process's own threads: a load that burns no compiler CPU settles at once); a chunk
+        that answers nothing is warming up, and a warm-up that never answered is an error."""
+        pid = os.getpid()
+        seen = []
+        r = jvm.warm_up(pid, lambda s: seen.append(s), chunk_s=0, max_s=0, threshold=0.5)
+        self.assertEqual((r["settled"], r["seconds"], seen), (True, 0, [0]))
+
+        def refuse(s):
+            raise RuntimeError("closed loop: no call answered")
+        self.assertRaisesRegex(RuntimeError, "answered no call", jvm.warm_up, pid, refuse,
+                               chunk_s=0, max_s=0)
+        calls = []
+
+        def first_refused(s):
+            calls.append(s)
+            if len(calls) == 1:
+                refuse(s)
+        r = jvm.warm_up(pid, first_refused, chunk_s=0, max_s=5, threshold=0.5)
+        self.assertEqual((r["settled"], len(r["chunks"])), (True, 2))
+
     def test_parse_pauses(self):
         ev = jvm.parse_pauses(SAFEPOINT_LOG)
         self.assertEqual([(e["kind"], e["what"]) for e in ev], [

@@ -66,9 +66,16 @@ def warm_up(pid, load, chunk_s=5, max_s=60, threshold=0.02, log=None):
     and fell under 2% after 50 s."""
     shares = []
     spent = 0
+    answered = False
     while True:
         w = procstat.ThreadWindow(pid, thread_group)
-        load(chunk_s)
+        try:
+            load(chunk_s)
+            answered = True
+        except RuntimeError as e:
+            # a cold JVM on a busy CPU may answer nothing in a first short chunk: warming up
+            if log:
+                log("  warm-up: %s" % str(e)[:160])
         w.close()
         comp = w.groups.get("compiler", {}).get("cpu_s", 0.0)
         share = comp / w.cpu_s if w.cpu_s else None
@@ -77,9 +84,11 @@ def warm_up(pid, load, chunk_s=5, max_s=60, threshold=0.02, log=None):
         if log:
             log("  warm-up %d s: the compiler threads took %s of the JVM's CPU" % (
                 spent, "-" if share is None else "%.1f%%" % (100 * share)))
-        if share is not None and share < threshold:
+        if answered and share is not None and share < threshold:
             return {"seconds": spent, "chunks": shares, "settled": True}
         if spent >= max_s:
+            if not answered:
+                raise RuntimeError("the JVM answered no call in %d s of warm-up" % spent)
             return {"seconds": spent, "chunks": shares, "settled": False}
 
 

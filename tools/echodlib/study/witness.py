@@ -90,7 +90,7 @@ def warm_up(run, target):
     quick = run.plan.quick
     return jvm.warm_up(target.pid, lambda s: run.drivers.closed_loop(target, s, 4, 16,
                                                                      peers.NO_WORK),
-                       chunk_s=2 if quick else 5, max_s=6 if quick else 60,
+                       chunk_s=2 if quick else 5, max_s=6 if quick else 90,
                        threshold=WARMUP_THRESHOLD, log=log)
 
 
