@@ -13,7 +13,9 @@ documented rule gives for the figures beside it (recomputed here from the publis
 measured values). Timing is never asserted.
 
 The CFS-quota model runs too, on two arms, when this machine lets a cgroup with a quota be made
-(root). Skipped with the reason without `h2load` or k6, and in sanitizer builds (a load study measures a
+(root); and the witness (--witness: grpc-java's direct arm beside echod's), skipped with the
+reason where the grpc-java peer cannot run (no Java or its jars: the product never needs them).
+Skipped with the reason without `h2load` or k6, and in sanitizer builds (a load study measures a
 release build). Run on its own:
   ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_study.py
 """
@@ -458,6 +460,74 @@ class QuickQuotaStudy(StudyRun):
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 2)
         self.assertIn("--step-seconds must be at least 1", p.stderr)
+
+
+def why_skip_witness():
+    why = why_skip()
+    if why:
+        return why
+    from echodlib import peers
+    return peers.unusable()
+
+
+WHY_SKIP_WITNESS = why_skip_witness()
+
+
+@unittest.skipIf(WHY_SKIP_WITNESS, "bench/study --quick --witness skipped (the grpc-java peer "
+                 "is what it measures): %s" % WHY_SKIP_WITNESS)
+class QuickWitnessStudy(StudyRun):
+    """--witness: grpc-java's direct arm through the same experiments beside echod's direct, in
+    the same run: its steps measured from the drivers' counts and its process clock (it has no
+    /metrics), the findings' witness column, the per-step table. Figures are not asserted."""
+
+    ARGS = ("--arms", "direct", "--witness", "direct")
+    PREFIX = "study-witness-test-"
+
+    def test_witness_beside_echod(self):
+        self.assertEqual(self.p.returncode, 0, "exit %d\n%s" % (self.p.returncode,
+                                                               self.p.stderr[-6000:]))
+        w = self.data["witness"]
+        self.assertEqual((w["label"], w["arms"], w["pairs"]), ("witness:grpc-java", ["direct"],
+                                                               {"direct": "direct"}))
+        self.assertEqual(w["cpu_us"], self.data["cpu_us"], "flat work at the run's scale")
+        self.assertIn(w["runs"]["java-direct"]["transport"], ("nio", "epoll"))
+        r = w["results"]["java-direct"]
+        self.assertEqual([s["driver"].split(" ")[0] for s in r["fixed"]], ["k6", "h2load"])
+        self.assertEqual(len(r["ramp"]), len(self.data["results"]["direct"]["ramp"]))
+        for s in r["fixed"] + r["ramp"]:
+            self.assertGreater(s["ok"], 0, s)
+            self.assertEqual(s["failed"], 0, s)
+            self.assertIsNotNone(s["p99_ms"], s)
+            self.assertIsNotNone(s["cpu_us_per_call"], s)
+        self.assertEqual(len(w["comparison"]), len(r["fixed"]) + len(r["ramp"]))
+        for row in w["comparison"]:
+            self.assertEqual((row["witness"], row["echod"]), ("java-direct", "direct"))
+            for k in ("p99_ms", "goodput", "cpu_us"):
+                self.assertIsNotNone(row["ratio"][k], row)
+        self.assertEqual([f["variant"] for f in w["findings"]], ["witness:grpc-java"] * 5)
+        self.assertEqual(sorted(w["findings_merged"][0]["variants"]),
+                         sorted([self.data["cost"]["variant"], "witness:grpc-java"]))
+        with open(os.path.join(self.out, "study.md")) as f:
+            md = f.read()
+        for text in ("## Witness: grpc-java on this machine", "### Findings, echod and grpc-java",
+                     "| flat | verdict | witness:grpc-java | verdict |",
+                     "### Step by step, grpc-java / echod", "| java-direct | direct | fixed 10% (k6) |"):
+            self.assertIn(text, md)
+        for name in ("report.md", "report.json"):
+            self.assertTrue(os.path.exists(os.path.join(self.out, "witness", "ramp", name)))
+
+
+class WitnessOptions(unittest.TestCase):
+    """--witness where the peer cannot run, or with an arm it does not have: exit 2, why."""
+
+    def test_exit_2(self):
+        for extra, want in ((["--witness", "--peers-dir", "/nonexistent"],
+                             "the grpc-java peer cannot run here: no grpc-java peer at /nonexistent"),
+                            (["--witness", "direct,virtual"], "'virtual' is not a grpc-java arm")):
+            p = subprocess.run(["/usr/bin/python3", STUDY, "--quick", "--echod", ECHOD_BIN] + extra,
+                               cwd=ROOT, capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 2, (extra, p.stderr))
+            self.assertIn(want, p.stderr)
 
 
 def why_skip_h2load():

@@ -10,7 +10,12 @@
   study                  Plan, the capped regime (its cap, extra ramps, checks) and the open
                          model's backlog and VU sizing, k6's Go environment and VU budget, the
                          cost and its calibration, the figures, F4 at the published caps, the
-                         drivers' reading of k6 summaries, the checks
+                         drivers' reading of k6 summaries, the checks; the witness's options,
+                         findings and per-step comparison
+  jvm, procstat          a JVM's threads by group, per-thread CPU and context switches between
+                         two readings, its unified-logging pauses (safepoints, collections)
+  bench.peer_load        the derivation of B, w, Hw and Hq, medians of nested runs, the stall
+                         tables
 
 Every fixture is written inline. Run on its own: /usr/bin/python3 tests/tools/test_echodlib.py
 """
@@ -29,10 +34,13 @@ from datetime import datetime, timezone
 from fractions import Fraction
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-from echodlib import findings as F, fmt, k6prom, k6result, report, report_out, stats  # noqa: E402
+from echodlib import findings as F, fmt, jvm, k6prom, k6result, peers, procstat, report, \
+    report_out, stats  # noqa: E402
+from echodlib.bench import peer_load  # noqa: E402
 from echodlib.report import ArmResult, InputError, Runner, Step  # noqa: E402
 from echodlib.sampler import Sampler  # noqa: E402
-from echodlib.study import drivers, figures, merge, plan as P, regimes, runner, tables  # noqa: E402
+from echodlib.study import drivers, figures, merge, plan as P, regimes, runner, tables, \
+    witness  # noqa: E402
 from echodlib.study.cost import Cost, calibrate  # noqa: E402
 from echodlib.study.server import Window  # noqa: E402
 
@@ -941,6 +949,284 @@ class StudyDrivers(unittest.TestCase):
         self.assertEqual(w.failures(5), (1, 3, {"UNAVAILABLE": 1}))
         self.assertEqual(w.failures(2), (4, 0, {"CANCELLED": 3, "UNAVAILABLE": 1}))
         self.assertEqual(drivers.failed_step("k6", 100, 2, "boom")["driver"], "k6 (failed)")
+
+
+class StudyWitness(unittest.TestCase):
+    """bench/study --witness: its options, its findings (grpc-java's default pool in the
+    virtual arm's role) and the per-step comparison with echod's counterparts."""
+
+    def wres(self):
+        res = study_results()
+        return {"java-direct": res["direct"], "java-default": res["virtual"]}
+
+    def test_prepare(self):
+        class Args:
+            witness = "direct,cached"
+            cost = Cost()
+            peers_dir = "/nonexistent"
+            peers_build = "/tmp/x"
+        a = Args()
+        self.assertRegex(witness.prepare(a, True), "'cached' is not a grpc-java arm")
+        a.witness = "direct,fixed:1"
+        self.assertRegex(witness.prepare(a, True), "the grpc-java peer cannot run here: no "
+                                                  "grpc-java peer at /nonexistent")
+        a.witness, a.cost.units = "direct", {"call": 1}
+        self.assertRegex(witness.prepare(a, False), "--model has no meaning")
+        a.witness = None
+        self.assertIsNone(witness.prepare(a, True))
+        self.assertEqual(a.witness, [])
+
+    def test_findings_by_role(self):
+        found = witness.findings(self.wres(), 1000.0, 2000)
+        self.assertEqual({f["variant"] for f in found}, {witness.LABEL})
+        f1 = next(f for f in found if f["id"] == "F1")
+        self.assertAlmostEqual(f1["measured"], 2100 / 3000)
+        self.assertEqual(next(f for f in found if f["id"] == "F4")["verdict"], "not measured")
+        self.assertEqual(witness.role_results({"java-direct": 1})[1], ["direct"])
+
+    def test_comparison(self):
+        res = study_results()
+        res["cached"] = res.pop("virtual")
+        wres = self.wres()
+        wres["java-default"]["ramp"][1] = dict(wres["java-default"]["ramp"][1], p99_ms=24.0)
+        rows = witness.comparison(res, wres, ["direct", "default", "fixed:1"], P.Plan(True))
+        self.assertEqual([(r["witness"], r["echod"], r["step"]) for r in rows], [
+            ("java-direct", "direct", "fixed 10% (k6)"), ("java-direct", "direct", "fixed 10% (h2load)"),
+            ("java-direct", "direct", "ramp 0.4x"), ("java-direct", "direct", "ramp 1.2x"),
+            ("java-default", "cached", "fixed 10% (k6)"), ("java-default", "cached", "fixed 10% (h2load)"),
+            ("java-default", "cached", "ramp 0.4x"), ("java-default", "cached", "ramp 1.2x")])
+        top = rows[-1]
+        self.assertEqual(top["echod_fig"], {"p99_ms": 12.0, "goodput": 950.0, "cpu_us": None})
+        self.assertEqual(top["ratio"]["p99_ms"], 2.0)
+        self.assertIsNone(top["ratio"]["cpu_us"])
+        md = witness.comparison_table(rows)
+        self.assertEqual(md[2], "| java-direct | direct | fixed 10% (k6) | 100 | 6.00 | 6.00 | "
+                                "1.00 | 100 | 100 | 1.00 | 2100 | 2100 | 1.00 |")
+        # a witness arm whose echod counterpart is not in the run: its figures, echod's "-"
+        rows = witness.comparison({}, wres, ["default"], P.Plan(True))
+        self.assertEqual({r["echod"] for r in rows}, {None})
+        self.assertIn("| java-default | - | ramp 1.2x |", witness.comparison_table(rows)[-1])
+        pt = witness.plateau_table(res, wres, ["direct", "default"], 1000.0)
+        self.assertEqual(pt[2], "| java-direct | 1000 | 1200 | direct | 1000 | 1200 | 1.00 |")
+        self.assertEqual(pt[3], "| java-default | 950 | - | cached | 950 | - | 1.00 |")
+
+    def test_transport_and_java_opts(self):
+        self.assertEqual(witness.transport("EchoPeer listening on 1 executor=direct "
+                                           "transport=nio availableProcessors=1"), "nio")
+        self.assertIsNone(witness.transport(""))
+        self.assertIsNone(peers.java_opts())
+        self.assertEqual(peers.java_opts(cpu_us=465, stall_fraction=0.03, stall_us=20000, seed=7),
+                         "-Dpeer.cpu_us=465 -Dpeer.stall_fraction=0.03 -Dpeer.stall_us=20000 "
+                         "-Dpeer.seed=7")
+        self.assertEqual(peers.java_opts(pause_log="/tmp/p.log"),
+                         "-Xlog:safepoint*=info,gc*=info:file=/tmp/p.log:timemillis,uptime,level,tags")
+
+    def test_ramp_step_without_metrics(self):
+        """A server without /metrics (the peer): CPU per call over the answers k6 got."""
+        doc = {"summary": {"metrics": {"echo_answered{stage:s01}": {"values": {"count": 200}}}}}
+        st = {"name": "s01", "offered": 100, "duration_s": 2, "start_s": 0}
+        smp = Sampler({})
+        smp.samples = [{"t": 1000.0, "echod_cpu": 1.0}, {"t": 1002.0, "echod_cpu": 1.5}]
+        s = drivers.ramp_step(doc, st, 0.4, 1000.0, smp, 50, 1100.0)
+        self.assertAlmostEqual(s["cpu_us_per_call"], 2500.0)
+        self.assertIsNone(s["echod_in_flight_max"])
+
+
+SAFEPOINT_LOG = """\
+[1767225600100ms][0.011s][info][gc] Using Serial
+[1767225601791ms][1.791s][info][safepoint,cleanup] safepoint cleanup tasks, 0.0003224 secs
+[1767225601791ms][1.791s][info][safepoint,stats  ] Cleanup [ 12 0 ][ 8673 328469 25488 362630 ] 0
+[1767225601791ms][1.791s][info][safepoint        ] Safepoint "Cleanup", Time since last: 1749012412 ns, Reaching safepoint: 8673 ns, Cleanup: 328469 ns, At safepoint: 25488 ns, Total: 362630 ns
+[1767225602500ms][2.500s][info][gc,start       ] GC(0) Pause Young (Allocation Failure)
+[1767225602503ms][2.503s][info][gc,heap        ] GC(0) DefNew: 4416K(4928K)->512K(4928K) Eden: 4416K(4416K)->0K(4416K) From: 0K(512K)->512K(512K)
+[1767225602503ms][2.503s][info][gc             ] GC(0) Pause Young (Allocation Failure) 4M->1M(15M) 3.123ms
+[1767225602503ms][2.503s][info][safepoint      ] Safepoint "GenCollectForAllocation", Time since last: 700000000 ns, Reaching safepoint: 120000 ns, At safepoint: 3200000 ns, Total: 3320000 ns
+[1767225609000ms][9.000s][info][gc] GC(1) Pause Young (Normal) (G1 Evacuation Pause) 24M->3M(256M) 2.345ms
+[3.483s][info][safepoint] Safepoint "ICBufferFull", Time since last: 689249012 ns, Reaching safepoint: 5118 ns, Cleanup: 187088 ns, At safepoint: 2284 ns, Total: 194490 ns
+"""
+
+
+class Jvm(unittest.TestCase):
+    def test_thread_groups(self):
+        names = {"nioEventLoopGro": "event loop", "epollEventLoopG": "event loop",
+                 "grpc-default-ex": "pool", "pool-1-thread-1": "pool",
+                 "C2 CompilerThre": "compiler", "C1 CompilerThre": "compiler",
+                 "VM Thread": "VM", "VM Periodic Tas": "VM", "GC Thread#0": "VM",
+                 "Sweeper thread": "VM", "java": "other", "Finalizer": "other",
+                 "Common-Cleaner": "other"}
+        for name, group in names.items():
+            self.assertEqual(jvm.thread_group(name), group, name)
+
+    def test_warm_up(self):
+        """Chunks until the compiler threads' share falls under the threshold (here the
+        process's own threads: a load that burns no compiler CPU settles at once); a chunk
+        that answers nothing is warming up, and a warm-up that never answered is an error."""
+        pid = os.getpid()
+        seen = []
+        r = jvm.warm_up(pid, lambda s: seen.append(s), chunk_s=0, max_s=0, threshold=0.5)
+        self.assertEqual((r["settled"], r["seconds"], seen), (True, 0, [0]))
+
+        def refuse(s):
+            raise RuntimeError("closed loop: no call answered")
+        self.assertRaisesRegex(RuntimeError, "answered no call", jvm.warm_up, pid, refuse,
+                               chunk_s=0, max_s=0)
+        calls = []
+
+        def first_refused(s):
+            calls.append(s)
+            if len(calls) == 1:
+                refuse(s)
+        r = jvm.warm_up(pid, first_refused, chunk_s=0, max_s=5, threshold=0.5)
+        self.assertEqual((r["settled"], len(r["chunks"])), (True, 2))
+
+    def test_parse_pauses(self):
+        ev = jvm.parse_pauses(SAFEPOINT_LOG)
+        self.assertEqual([(e["kind"], e["what"]) for e in ev], [
+            ("safepoint", "Cleanup"), ("gc", "Pause Young (Allocation Failure)"),
+            ("safepoint", "GenCollectForAllocation"),
+            ("gc", "Pause Young (Normal) (G1 Evacuation Pause)"), ("safepoint", "ICBufferFull")])
+        self.assertEqual(ev[0]["t"], 1767225601.791)
+        self.assertEqual((ev[0]["reaching_ms"], ev[0]["at_ms"], ev[0]["total_ms"]),
+                         (0.008673, 0.025488, 0.36263))
+        self.assertEqual((ev[1]["total_ms"], ev[1]["uptime"]), (3.123, 2.503))
+        self.assertEqual((ev[4]["t"], ev[4]["uptime"]), (None, 3.483))
+        # a window by wall time keeps the events logged in it (and those without wall time)
+        win = jvm.in_window(ev, 1767225602.0, 1767225603.0)
+        self.assertEqual([e["what"] for e in win], ["Pause Young (Allocation Failure)",
+                                                    "GenCollectForAllocation", "ICBufferFull"])
+        s = jvm.pause_summary(win, 2.0)
+        sp, gc = s["safepoint"], s["gc"]
+        self.assertEqual((sp["count"], sp["per_s"], sp["max_ms"]), (2, 1.0, 3.32))
+        self.assertAlmostEqual(sp["share"], (3.32 + 0.19449) / 1000 / 2)
+        self.assertEqual(sp["by_operation"], {"GenCollectForAllocation": 1, "ICBufferFull": 1})
+        self.assertAlmostEqual(sp["reaching_p99_ms"], 0.12 - (0.12 - 0.005118) * 0.01)
+        self.assertEqual((gc["count"], gc["p50_ms"], gc["max_ms"]), (1, 3.123, 3.123))
+        empty = jvm.pause_summary([], 10.0)
+        self.assertEqual((empty["gc"]["count"], empty["gc"]["p99_ms"], empty["gc"]["share"]),
+                         (0, None, 0.0))
+
+    def test_per_thread_groups(self):
+        before = {1: ("nioEventLoopGro", 10**9, 10, 1), 2: ("grpc-default-ex", 5 * 10**8, 100, 2),
+                  3: ("grpc-default-ex", 10**8, 7, 0), 4: ("C2 CompilerThre", 0, 0, 0)}
+        # thread 3 exited, thread 5 was born, thread 4's id was reused by a pool thread
+        after = {1: ("nioEventLoopGro", 2 * 10**9, 30, 4), 2: ("grpc-default-ex", 10**9, 150, 2),
+                 4: ("pool-1-thread-1", 2 * 10**8, 3, 1), 5: ("grpc-default-ex", 10**8, 5, 0)}
+        g = procstat.thread_groups(before, after, jvm.thread_group)
+        self.assertEqual(g["event loop"], {"cpu_s": 1.0, "vol": 20, "invol": 3, "threads": 1})
+        self.assertEqual(g["pool"]["threads"], 3)
+        self.assertAlmostEqual(g["pool"]["cpu_s"], 0.5 + 0.2 + 0.1)
+        self.assertEqual((g["pool"]["vol"], g["pool"]["invol"]), (58, 1))
+        self.assertNotIn("compiler", g)
+        w = procstat.ThreadWindow.__new__(procstat.ThreadWindow)
+        w.groups, w.cpu_s, w.exited_s = g, 2.0, 0.2
+        per = w.per(100)
+        self.assertAlmostEqual(per["cpu_us"], 20000.0)
+        self.assertEqual(per["groups"]["event loop"], {"cpu_us": 10000.0, "vol": 0.2,
+                                                        "invol": 0.03, "threads": 1})
+        self.assertIsNone(w.per(0))
+        me = procstat.threads(os.getpid())
+        self.assertIn(os.getpid(), me)
+        self.assertGreater(me[os.getpid()][1], 0)
+
+
+def window(calls, wall_s, cpu_s, compiler_s=0.0, loop_vol=0.0, pool_vol=0.0):
+    """A PeerArm window's figures with the given per-call voluntary switches."""
+    groups = {"event loop": {"cpu_us": 1.0, "vol": loop_vol, "invol": 0.0, "threads": 2}}
+    if pool_vol:
+        groups["pool"] = {"cpu_us": 1.0, "vol": pool_vol, "invol": 0.0, "threads": 4}
+    return {"calls": calls, "wall_s": wall_s, "cpu_s": cpu_s, "compiler_s": compiler_s,
+            "exited_s": 0.0, "per": {"cpu_us": cpu_s / calls * 1e6 if calls else None,
+                                     "exited_us": 0.0, "groups": groups} if calls else None,
+            "groups": {}, "server_cpu_busy": 0.5, "jvm_share": cpu_s / wall_s}
+
+
+class PeerLoad(unittest.TestCase):
+    """bench/model peer's derivation on figures made from known costs: background 20 m,
+    direct 80 µs a call plus w = 30 µs per loop wake, default's hand-offs Hw = 40 µs when they
+    wake and Hq = 4 µs when they queue."""
+
+    def runs(self):
+        B, c, w, hw, hq = 0.020, 80.0, 30.0, 40.0, 4.0
+        low_calls, low_s, sat_calls, sat_s = 1200 * 10, 10.0, 12000 * 10, 10.0
+
+        def cpu(calls, secs, per_call):
+            return B * secs + calls * per_call / 1e6
+        # direct: one loop wake a call at low load, 0.1 at saturation
+        direct = {"idle": window(0, 30.0, B * 30.0 + 0.003, compiler_s=0.003),
+                  "low": window(low_calls, low_s, cpu(low_calls, low_s, c + w * 1.0) + 0.05,
+                                compiler_s=0.05, loop_vol=1.0),
+                  "sat": window(sat_calls, sat_s, cpu(sat_calls, sat_s, c + w * 0.1),
+                                loop_vol=0.1)}
+        # default, 6 hand-offs a call: at low load 3 wake (2 pool parks + 1 more loop wake
+        # than direct's), 3 queue; at saturation 1 wakes, 5 queue; w per its own loop wakes
+        default = {"idle": window(0, 30.0, B * 30.0),
+                   "low": window(low_calls, low_s, cpu(low_calls, low_s, c + w * 2.0 + 3 * hw
+                                                       + 3 * hq - w), loop_vol=2.0, pool_vol=2.0),
+                   "sat": window(sat_calls, sat_s, cpu(sat_calls, sat_s, c + w * 0.1 + hw + 5 * hq),
+                                 loop_vol=0.1, pool_vol=1.0)}
+        return {"direct": direct, "default": default}
+
+    def test_derivation(self):
+        f = peer_load.wake_figures(self.runs(), {"low": 6.0, "sat": 6.0})
+        self.assertAlmostEqual(f["B_m"]["direct"], 20.0)
+        self.assertAlmostEqual(f["net_us"]["direct"]["low"], 110.0)
+        d = peer_load.derive_wakes(f, study_call_us=467.0)
+        self.assertAlmostEqual(d["B_m"], 20.0)
+        self.assertAlmostEqual(d["c_sat_us"], 83.0)
+        self.assertAlmostEqual(d["w_us"], 30.0)
+        self.assertEqual((d["wakes"], d["queued"]), ({"low": 3.0, "sat": 1.0},
+                                                     {"low": 3.0, "sat": 5.0}))
+        self.assertAlmostEqual(d["Hw_us"], 40.0)
+        self.assertAlmostEqual(d["Hq_us"], 4.0)
+        self.assertEqual(d["solved"], "two loads")
+        self.assertAlmostEqual(d["ratio"]["Hw_us"], 40.0 / 83.0)
+        self.assertAlmostEqual(d["preset"]["handoff_wake_us"], 40.0 * 467.0 / 83.0)
+        self.assertAlmostEqual(d["preset"]["background_m"], 20.0 * 467.0 / 83.0)
+        text = peer_load.derivation_text(d)
+        self.assertIn("w, the direct loop's wake-up: (110 - 83.0) / (1.00 - 0.10) = 30.0 µs a "
+                      "wake", text)
+        self.assertIn("Hw (a hand-off that wakes) 40.0 µs, Hq (one that queues) 4.0 µs (two loads)",
+                      text)
+
+    def test_derivation_without_queued_handoffs(self):
+        """Every hand-off woke its receiver at both loads: one equation; Hq taken as 0."""
+        f = peer_load.wake_figures(self.runs(), {"low": 3.0, "sat": 1.0})
+        d = peer_load.derive_wakes(f)
+        self.assertEqual(d["queued"], {"low": 0.0, "sat": 0.0})
+        self.assertEqual(d["solved"], "low load alone (Hq taken as 0)")
+        self.assertAlmostEqual(d["Hw_us"], (3 * 40.0 + 3 * 4.0) / 3.0)
+
+    def test_derivation_with_a_negative_cost(self):
+        f = peer_load.wake_figures(self.runs(), {"low": 6.0, "sat": 6.0})
+        f["net_us"]["default"]["sat"] -= 30.0
+        d = peer_load.derive_wakes(f)
+        self.assertLess(d["Hq_us"], 0)
+        self.assertIn("not determined", d["solved"])
+
+    def test_median_tree_and_tables(self):
+        m = peer_load.median_tree([{"a": 1, "b": {"c": 1.0}, "s": "x"},
+                                   {"a": 3, "b": {"c": None}, "s": "y"},
+                                   {"a": 2, "b": {"c": 3.0}}, None])
+        self.assertEqual(m, {"a": 2, "b": {"c": 2.0}, "s": "x"})
+        self.assertIsNone(peer_load.median_tree([None]))
+        rows = peer_load.load_table(self.runs(), ["direct", "default"])
+        self.assertEqual(len(rows), 2 + 6)
+        self.assertTrue(rows[2].startswith("| direct | idle | - | - | 20.0 m | (B) |"), rows[2])
+        self.assertIn("| direct | low | 1200 | - | 131 | 110 | 0.0 | 1.0, 1.00, 0.00 | - |", rows[3])
+        kinds = peer_load.stall_kinds([0.01], [5000, 20000])
+        self.assertEqual(kinds, [("none", 0.0, 0), ("1% x 5.0 ms", 0.01, 5000),
+                                 ("1% x 20.0 ms", 0.01, 20000)])
+        pauses = jvm.pause_summary(jvm.parse_pauses(SAFEPOINT_LOG), 10.0)
+        res = {("direct", "none"): {"p50_ms": 2.0, "p99_ms": 30.0, "pauses": pauses},
+               ("default", "none"): {"p50_ms": 2.5, "p99_ms": 10.0, "pauses": pauses}}
+        rows = peer_load.stalls_table(res, kinds)
+        self.assertTrue(rows[2].startswith("| none | 2.00 | 30.0 | 2.50 | 10.0 | 3.00 | 0.30, 0.30 | "
+                                           "3.26, 3.26 | 3.32, 3.32 | 0.0004, 0.0004 | 2, 2 |"),
+                        rows[2])
+        self.assertTrue(rows[3].startswith("| 1% x 5.0 ms | - | - | - | - | - | -, - |"), rows[3])
+        rows = peer_load.pauses_table(res, kinds)
+        self.assertEqual(len(rows), 4)
+        self.assertIn("Cleanup 1", rows[2])
 
 
 if __name__ == "__main__":

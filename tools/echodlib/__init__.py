@@ -12,12 +12,15 @@ daemon (tests/tools/test_echodlib.py). Standard library and Debian's packages
   promserver a local Prometheus (Debian's) and PromQL over its HTTP API
   stats    percentiles, medians, the spread of repeated runs
   fmt      numbers in tables: one formatter for every script
-  procstat CPU time and RSS of a process from /proc (CpuWindow: a process's CPU over a run)
+  procstat CPU time and RSS of a process from /proc (CpuWindow: a process's CPU over a run;
+           ThreadWindow: its CPU and context switches by group of threads)
   h2load   the one h2load runner: command lines, runs (and the server's CPU over them), summaries,
            latency logs, request bodies
   k6       finding the k6 binary, its version, its busy VUs
   daemon   starting and stopping echod on free ports: the launcher of a server under test
   peers    building and running the grpc-java and grpc C++ peers of ../shared/peers
+  jvm      a JVM server read from outside: its threads by group, its JIT's warm-up, its
+           safepoints and collections from unified logging
   build    the release build the benchmarks measure, and telling a release build from another
   machine  the machine a benchmark ran on, the tools and CPUs it needs
   h2idle   idle raw HTTP/2 connections (RSS per connection)
@@ -25,8 +28,8 @@ daemon (tests/tools/test_echodlib.py). Standard library and Debian's packages
   grpccheck a grpcio client's check of a server before it is measured
   sampler  a background time series (CPU, RSS, scrapes) to cut a run by step
   findings the capacity study's findings: published figures, verdict rules, tables
-  bench/   the library half of each bench/ command (arms, compare, soak, model, callgrind, ab,
-           drain_depth): what it measures and how it prints it
+  bench/   the library half of each bench/ command (arms, compare, soak, model and peer_load,
+           callgrind, ab, drain_depth): what it measures and how it prints it
   report   a capacity report's steps, knee, plateau, and its k6 runners merged
   k6result reading k6's outputs (CSV, --out json, handleSummary), bench/study's steps,
            bench/arms JSON and /metrics scrapes into a report

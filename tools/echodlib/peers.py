@@ -19,7 +19,7 @@ import signal
 import subprocess
 import time
 
-from . import daemon, paths, ports
+from . import daemon, jvm, paths, ports
 
 PEERS_DIR = os.path.normpath(os.path.join(paths.ROOT, "..", "shared", "peers"))
 JAVA_PACKAGES = ["openjdk-17-jdk-headless", "libgrpc-java", "libnetty-java", "libguava-java",
@@ -40,11 +40,11 @@ class PeerError(daemon.ServerError, RuntimeError):
 
 
 def unusable(peers_dir=PEERS_DIR):
-    """None when the Java peer can be built here, else why not."""
+    """None when the Java peer can be built and run here, else why not."""
     if not os.path.isdir(os.path.join(peers_dir, "java")):
         return "no grpc-java peer at %s" % peers_dir
-    if shutil.which("javac") is None:
-        return "no javac (openjdk-17-jdk-headless)"
+    if shutil.which("javac") is None or shutil.which("java") is None:
+        return "no java or javac (openjdk-17-jdk-headless)"
     if not os.path.exists("/usr/share/java/grpc-netty.jar"):
         return "grpc-java jars missing (apt-get install %s)" % " ".join(JAVA_PACKAGES[1:])
     return None
@@ -86,6 +86,30 @@ def build(build_dir, kind="java", peers_dir=PEERS_DIR, force=False, log=None):
         if r.returncode != 0:
             raise PeerError("%s failed (exit %d): %s" % (script, r.returncode, r.stdout.strip()[-800:]))
     return out
+
+
+# request metadata for calls that do no synthetic work whatever the server-wide defaults (the
+# peer's and echod's): what a JIT's warm-up sends, as k6's ramp warm-up does
+NO_WORK = ("echod-cpu-us: 0", "echod-sleep-us: 0")
+
+
+def java_opts(cpu_us=0, stall_fraction=0.0, stall_us=0, seed=None, pause_log=None, extra=()):
+    """JAVA_OPTS of the grpc-java peer: its server-wide synthetic work per call (busy CPU µs on
+    the thread that runs the handler, as echod's work.defaults.cpu_us), a blocking stall of
+    stall_us for a fraction stall_fraction of the calls (drawn from seed), the JVM's pauses
+    logged to pause_log (jvm.pause_log_option), and any extra options. None when there is
+    nothing to set (the plain server)."""
+    opts = []
+    if cpu_us:
+        opts.append("-Dpeer.cpu_us=%d" % cpu_us)
+    if stall_fraction and stall_us:
+        opts += ["-Dpeer.stall_fraction=%g" % stall_fraction, "-Dpeer.stall_us=%d" % stall_us]
+    if seed is not None:
+        opts.append("-Dpeer.seed=%d" % seed)
+    if pause_log:
+        opts.append(jvm.pause_log_option(pause_log))
+    opts += list(extra)
+    return " ".join(opts) or None
 
 
 class Peer:

@@ -137,6 +137,97 @@ def thread_cpu(pid, prefix):
     return total / 1e9
 
 
+def threads(pid):
+    """{tid: (name, CPU ns, voluntary, involuntary context switches)} of pid's live threads:
+    the name from /proc/PID/task/TID/stat (the kernel's 15 characters), the CPU from its
+    schedstat (ns; stat's utime + stime in clock ticks where there is none), the switches from
+    its status. A thread that exits between the listing and its reads is left out."""
+    out = {}
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for tid in tids:
+        base = "/proc/%d/task/%s/" % (pid, tid)
+        try:
+            with open(base + "stat") as f:
+                data = f.read()
+            name = data[data.index("(") + 1:data.rindex(")")]
+            try:
+                with open(base + "schedstat") as f:
+                    ns = int(f.read().split()[0])
+            except OSError:
+                rest = data[data.rindex(")") + 2:].split()
+                ns = (int(rest[14 - 3]) + int(rest[15 - 3])) * 10**9 // CLK_TCK
+            vol = invol = 0
+            with open(base + "status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        vol = int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches:"):
+                        invol = int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        out[int(tid)] = (name, ns, vol, invol)
+    return out
+
+
+def thread_groups(before, after, classify):
+    """Per group of threads between two threads() readings: {group: {"cpu_s", "vol", "invol",
+    "threads"}}, a thread's group classify(name). A thread born in between counts from zero;
+    one that exited in between is gone with its counts (thread_groups' caller compares the sum
+    with the process clock: `exited` is what is missing)."""
+    out = {}
+    for tid, (name, ns, vol, invol) in after.items():
+        b = before.get(tid)
+        if b is not None and b[0] != name:  # a reused thread id: a new thread
+            b = None
+        g = out.setdefault(classify(name), {"cpu_s": 0.0, "vol": 0, "invol": 0, "threads": 0})
+        g["cpu_s"] += (ns - (b[1] if b else 0)) / 1e9
+        g["vol"] += vol - (b[2] if b else 0)
+        g["invol"] += invol - (b[3] if b else 0)
+        g["threads"] += 1
+    return out
+
+
+class ThreadWindow:
+    """A process's CPU and context switches over one window, by group of threads (classify:
+    thread name -> group), beside the process clock (which keeps exited threads' time):
+
+        w = ThreadWindow(pid, classify)
+        ... the load ...
+        w.close()
+        w.cpu_s, w.wall_s, w.groups, w.exited_s, w.per(calls)"""
+
+    def __init__(self, pid, classify):
+        self.pid, self.classify = pid, classify
+        self.t0 = time.monotonic()
+        self.clock0 = cpu_clock(pid)
+        self.before = threads(pid)
+
+    def close(self):
+        self.after = threads(self.pid)
+        clock1 = cpu_clock(self.pid)
+        self.wall_s = time.monotonic() - self.t0
+        self.groups = thread_groups(self.before, self.after, self.classify)
+        self.cpu_s = None if self.clock0 is None or clock1 is None else clock1 - self.clock0
+        live = sum(g["cpu_s"] for g in self.groups.values())
+        # the CPU of threads that exited inside the window (the process clock keeps it)
+        self.exited_s = None if self.cpu_s is None else max(0.0, self.cpu_s - live)
+        return self
+
+    def per(self, n):
+        """Per unit (call) over the window: {"cpu_us", "exited_us", "groups": {group: {"cpu_us",
+        "vol", "invol", "threads"}}}; None without units."""
+        if not n:
+            return None
+        return {"cpu_us": self.cpu_s / n * 1e6 if self.cpu_s is not None else None,
+                "exited_us": self.exited_s / n * 1e6 if self.exited_s is not None else None,
+                "groups": {g: {"cpu_us": v["cpu_s"] / n * 1e6, "vol": v["vol"] / n,
+                               "invol": v["invol"] / n, "threads": v["threads"]}
+                           for g, v in self.groups.items()}}
+
+
 def sys_fraction(a, b):
     """stime share of the CPU between two samples (10 ms ticks: rough on short runs)."""
     if a["utime"] is None or b["utime"] is None:

@@ -13,6 +13,8 @@ import tempfile
 import time
 
 from .. import daemon, fmt, h2load, paths, peers, procstat, prom, stats
+from ..study import server
+from . import peer_load
 
 PRESET = os.path.join(paths.ROOT, "config", "models", "grpc-java-study.yaml")
 BIDI_MSGS = 1000  # EchoRequests in one stream's body
@@ -129,71 +131,127 @@ def classify_profile(jfr_path):
     return counts
 
 
-def measure_peer(args, arm, workdir, res, java_opts=None):
-    """One server of the peer comparison: a warm-up, then the unary and the stream run."""
+def saturation_and_streams(args, load, srv, admin, arm, res):
+    """The unary run at saturation (64 connections, one call in flight each) and the bidi run
+    (20 streams) against a warmed server, into res[arm, ...]."""
+    w = Window(srv.pid, admin)
+    r = load.run(load.unary, clients=64, streams=1, duration=args.seconds)
+    if admin:
+        settle(srv)
+    w.close()
+    calls = r["succeeded"]
+    res[arm, "unary_us"].append(w.cpu_s / calls * 1e6)
+    res[arm, "unary_share"].append(w.cpu_s / w.wall_s)
+    res[arm, "unary_rps"].append(r["rps"])
+    if admin:
+        res[arm, "dispatches"].append(w.delta("echod_executor_dispatches_total") / calls)
+        res[arm, "tasks"].append(w.delta("echod_loop_tasks_total") / calls)
+    w = Window(srv.pid, admin)
+    r = load.run(load.bidi, clients=1, streams=20, n=20 * args.streams)
+    w.close()
+    msgs = r["succeeded"] * BIDI_MSGS
+    res[arm, "bidi_us"].append(w.cpu_s / msgs * 1e6)
+    res[arm, "bidi_share"].append(w.cpu_s / w.wall_s)
+    if admin:
+        res[arm, "bidi_dispatches"].append(w.delta("echod_executor_dispatches_total") / msgs)
+        res[arm, "bidi_tasks"].append(w.delta("echod_loop_tasks_total") / msgs)
+
+
+def measure_echod_cached(args, workdir, res, drivers, rate):
+    """echod's cached arm under the peer's loads: its dispatches and loop tasks per call at
+    saturation, per bidi message, and at the low load's rate (k6)."""
     pin = ["taskset", "-c", str(args.server_cpu)]
-    if arm == "echod-cached":
-        srv = daemon.Echod(config=os.path.join(paths.ROOT, "config", "arms", "cached.yaml"), binary=args.echod,
-                           prefix=pin, sets=["log.level=warn"], log_path=os.path.join(workdir, "echod.log")).start()
-        admin, warm = srv.admin_port, 2
-    else:
-        srv = peers.JavaPeer(arm, args.peers_build, prefix=pin, java_opts=java_opts,
-                             log_path=os.path.join(workdir, "java-%s.log" % arm)).start()
-        admin, warm = None, args.java_warmup
+    srv = daemon.Echod(config=os.path.join(paths.ROOT, "config", "arms", "cached.yaml"),
+                       binary=args.echod, prefix=pin, sets=["log.level=warn"],
+                       log_path=os.path.join(workdir, "echod.log")).start()
     load = Load(args, srv.port, workdir)
     try:
-        load.run(load.unary, clients=64, streams=1, duration=warm)
-        load.run(load.bidi, clients=1, streams=20, n=40)
-        w = Window(srv.pid, admin)
-        r = load.run(load.unary, clients=64, streams=1, duration=args.seconds)
-        if admin:
+        load.run(load.unary, clients=64, streams=1, duration=2)
+        saturation_and_streams(args, load, srv, srv.admin_port, "echod-cached", res)
+        if rate:
+            w = Window(srv.pid, srv.admin_port)
+            drivers.fixed_k6(server.echod_target(srv), "echod-cached", rate, args.seconds)
             settle(srv)
-        w.close()
-        calls = r["succeeded"]
-        res[arm, "unary_us"].append(w.cpu_s / calls * 1e6)
-        res[arm, "unary_share"].append(w.cpu_s / w.wall_s)
-        res[arm, "unary_rps"].append(r["rps"])
-        if admin:
-            res[arm, "dispatches"].append(w.delta("echod_executor_dispatches_total") / calls)
-            res[arm, "tasks"].append(w.delta("echod_loop_tasks_total") / calls)
-        w = Window(srv.pid, admin)
-        r = load.run(load.bidi, clients=1, streams=20, n=20 * args.streams)
-        w.close()
-        msgs = r["succeeded"] * BIDI_MSGS
-        res[arm, "bidi_us"].append(w.cpu_s / msgs * 1e6)
-        res[arm, "bidi_share"].append(w.cpu_s / w.wall_s)
-        if admin:
-            res[arm, "bidi_dispatches"].append(w.delta("echod_executor_dispatches_total") / msgs)
-            res[arm, "bidi_tasks"].append(w.delta("echod_loop_tasks_total") / msgs)
+            w.close()
+            calls = w.delta("grpc_server_handled_total", grpc_code="OK", grpc_method="UnaryEcho")
+            res["echod-cached", "low_dispatches"].append(
+                w.delta("echod_executor_dispatches_total") / calls)
+            res["echod-cached", "low_tasks"].append(w.delta("echod_loop_tasks_total") / calls)
     finally:
         srv.stop()
 
 
+def measure_peer_arm(args, arm, workdir, res, drivers, rate, runs):
+    """One grpc-java arm, warmed until its JIT is done: idle (its background), saturation and
+    streams (res, as before), then the low load at `rate` (or 10% of its own saturation
+    capacity): the thread-group windows in runs[arm]."""
+    with peer_load.PeerArm(args, arm, workdir, drivers) as p:
+        load = Load(args, p.peer.port, workdir)
+        one = {"warmup": p.warmup, "idle": p.idle(args.idle_seconds)}
+        one["sat"] = p.saturation(args.seconds)
+        saturation_and_streams(args, load, p.peer, None, arm, res)
+        rate = rate or round(peer_load.LOW_LOAD * one["sat"]["calls"] / one["sat"]["wall_s"])
+        one["low"] = p.low(rate, args.seconds)
+    runs[arm].append(one)
+    return rate
+
+
+def measure_profile(args, workdir, res):
+    """The JFR profile of direct (a run of its own: sampling every millisecond costs the JVM
+    CPU the other figures must not carry)."""
+    jfr = os.path.join(workdir, "direct.jfr")
+    opts = ("-XX:FlightRecorderOptions:stackdepth=512 -XX:StartFlightRecording=filename=%s,"
+            "settings=profile,jdk.ExecutionSample#period=1ms,jdk.NativeMethodSample#period=1ms,"
+            "delay=%ds,duration=%ds" % (jfr, args.java_warmup + 3, args.seconds))
+    pin = ["taskset", "-c", str(args.server_cpu)]
+    srv = peers.JavaPeer("direct", args.peers_build, prefix=pin, java_opts=opts,
+                         log_path=os.path.join(workdir, "java-profile.log")).start()
+    load = Load(args, srv.port, workdir)
+    try:
+        load.run(load.unary, clients=64, streams=1, duration=args.java_warmup)
+        load.run(load.bidi, clients=1, streams=20, n=40)
+        saturation_and_streams(args, load, srv, None, "profile", collections.defaultdict(list))
+    finally:
+        srv.stop()
+    time.sleep(0.5)
+    res["profile"] = classify_profile(jfr)
+
+
 def peer_main(args):
-    why = peers.unusable()
-    if why:
-        log("bench/model peer: %s" % why)
+    ready = peer_load.setup(args, "peer", "the low load (constant-arrival-rate)")
+    if not ready:
         return 2
-    workdir = tempfile.mkdtemp(prefix="echod-model-")
-    peers.build(args.peers_build)
+    workdir, drivers = ready
     res = collections.defaultdict(list)
+    runs = collections.defaultdict(list)
+    arms = ["direct"] + [a for a in args.peer_arms.split(",") if a and a != "direct"]
     for rnd in range(args.rounds):
-        for arm in ("direct", "default", "echod-cached"):
+        rate = None  # 10% of this round's direct capacity, for every arm
+        for arm in arms:
             log("round %d: %s" % (rnd + 1, arm))
-            measure_peer(args, arm, workdir, res)
+            rate = measure_peer_arm(args, arm, workdir, res, drivers, rate, runs)
+        log("round %d: echod-cached" % (rnd + 1))
+        measure_echod_cached(args, workdir, res, drivers, rate)
+        res["low_rate"].append(rate)
     if args.profile:
-        # a run of its own: sampling every millisecond costs the JVM CPU the figures above must not carry
         log("profile: direct")
-        jfr = os.path.join(workdir, "direct.jfr")
-        opts = ("-XX:FlightRecorderOptions:stackdepth=512 -XX:StartFlightRecording=filename=%s,settings=profile,"
-                "jdk.ExecutionSample#period=1ms,jdk.NativeMethodSample#period=1ms,delay=%ds,duration=%ds"
-                % (jfr, args.java_warmup + 3, args.seconds))
-        measure_peer(args, "direct", workdir, collections.defaultdict(list), java_opts=opts)
-        time.sleep(0.5)
-        res["profile"] = classify_profile(jfr)
-    med = {k: stats.median(v) for k, v in res.items() if k != "profile"}
-    out = {"rounds": args.rounds, "peer": {"%s|%s" % k: v for k, v in med.items()},
+        measure_profile(args, workdir, res)
+    med = {k: stats.median(v) for k, v in res.items() if isinstance(k, tuple)}
+    hops = {"low": med.get(("echod-cached", "low_dispatches")),
+            "sat": med.get(("echod-cached", "dispatches"))}
+    hops = {k: v + 2 if v is not None else None for k, v in hops.items()}
+    derived = [peer_load.derive_wakes(peer_load.wake_figures(
+        {a: runs[a][i] for a in arms if a in ("direct", "default")},
+        {"low": res["echod-cached", "low_dispatches"][i] + 2,
+         "sat": res["echod-cached", "dispatches"][i] + 2}))
+        for i in range(args.rounds)] if "default" in arms else []
+    out = {"rounds": args.rounds, "arms": arms, "peer": {"%s|%s" % k: v for k, v in med.items()},
            "profile": dict(res["profile"]) if "profile" in res else None,
+           "low_rate": stats.median(res["low_rate"]), "hops": hops,
+           "loads": {a: peer_load.median_tree(runs[a]) for a in arms},
+           "loads_per_round": {a: runs[a] for a in arms},
+           "derivation": peer_load.median_tree(derived),
+           "derivation_per_round": derived,
            "load_average": os.getloadavg(), "machine": "%s, %s" % (platform.node(), platform.machine())}
     if args.json:
         with open(args.json, "w") as fh:
@@ -250,8 +308,34 @@ def render_peer(args, out):
     print("\nderived preset (docs/work-model.md; step share %.4f):" % step_share)
     print("  call_cpu_us: %d\n  step_cpu_us: %d\n  handoff_cpu_us: %d\n  message_cpu_us: %d" % (
         unit["call"], unit["step"], unit["handoff"], unit["message"]))
+    if out.get("loads"):
+        render_loads(out)
     print("\nmachine: %s; load average at the end %s" % (out["machine"],
                                                         ", ".join("%.2f" % x for x in out["load_average"])))
+
+
+def render_loads(out):
+    """The load-dependent part: each arm idle, at low load and at saturation by thread group,
+    and the derivation of B, w, Hw and Hq (docs/work-model.md)."""
+    print("\n## What the JVM pays besides its calls (idle, %s calls/s with k6, saturation)\n" %
+          fmt.num(out["low_rate"], 0))
+    print("Per call (idle: per second): CPU µs, voluntary and involuntary context switches of "
+          "each thread group (a voluntary switch of a receiving thread is one time it parked). "
+          "net: the JVM's CPU less its compiler threads' and the background's share (B x the "
+          "window's seconds). exited: CPU of threads that ended inside the window. Warm-up: "
+          "%s.\n" % "; ".join("%s %s s%s" % (a, fmt.num(l["warmup"]["seconds"], 0), "" if
+                                               l["warmup"]["settled"] else " (not settled)")
+                              for a, l in out["loads"].items()))
+    print("\n".join(peer_load.load_table(out["loads"], out["arms"])))
+    d = out.get("derivation")
+    if d:
+        print("\nDerivation (medians over %d round%s; per round: %s):\n" % (
+            out["rounds"], "" if out["rounds"] == 1 else "s", ", ".join(
+                "Hw %s Hq %s w %s" % (fmt.num(r["Hw_us"], 1), fmt.num(r["Hq_us"], 1),
+                                      fmt.num(r["w_us"], 1))
+                for r in out["derivation_per_round"])))
+        for line in peer_load.derivation_text(d):
+            print("- " + line)
 
 
 def derive(step_share, handoff_ratio, unary_plateau=2140.0, stream_plateau=16000.0):

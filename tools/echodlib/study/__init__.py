@@ -12,6 +12,7 @@
   plots     study-*.png: echod's curves beside the published ones
   outputs   a run's outputs: the experiments' reports, study.md, study.json
   merge     --merge: several runs' findings side by side
+  witness   --witness: the grpc-java peer's arms through the same experiments, beside echod's
 
 The findings themselves (published figures, verdicts) are echodlib.findings'.
 """

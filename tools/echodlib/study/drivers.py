@@ -140,11 +140,12 @@ class Drivers:
             s = json.load(f)
         k = "{stage:fixed}"
         failed, abandoned, codes = win.failures(0)
+        ok = metric(s, "echo_ok" + k, "count") or 0
         return {
             "driver": "k6 (constant-arrival-rate, unary-fixed-rate.js)", "offered": rate,
             "duration_s": float(seconds),
             "sent": metric(s, "echo_sent" + k, "count") or 0,
-            "ok": metric(s, "echo_ok" + k, "count") or 0,
+            "ok": ok,
             "failed": (metric(s, "echo_failed" + k, "count") or 0) + failed + len(errors),
             "dropped": metric(s, "dropped_iterations", "count") or 0,
             "abandoned": abandoned, "server_codes": codes, "k6_errors": len(errors),
@@ -154,7 +155,7 @@ class Drivers:
             "latency_count": metric(s, "grpc_req_duration" + k, "count") or 0,
             "server_p50_us": metric(s, "server_total_us" + k, "med"),
             "server_p99_us": metric(s, "server_total_us" + k, "p(99)"),
-            **win.cpu_fields(win.ok_calls, seconds),
+            **win.cpu_fields(win.calls(ok), seconds),
         }
 
     def fixed_h2load(self, target, arm, rate, seconds, conns=20, streams=16):
@@ -180,7 +181,7 @@ class Drivers:
             "abandoned": abandoned, "server_codes": codes,
             "p50_ms": stats.percentile(ms, 0.5), "p99_ms": stats.percentile(ms, 0.99),
             "latency_count": lat["n"], "server_p50_us": None, "server_p99_us": None,
-            **win.cpu_fields(win.ok_calls, seconds),
+            **win.cpu_fields(win.calls(lat["n"]), seconds),
         }
 
     # ------------------------------------------------------------ the unary ramp
@@ -247,20 +248,37 @@ class Drivers:
                 "steps": out, "server_failed": failed, "server_codes": codes,
                 "k6_errors": len(errors), "k6_error": errors[0] if errors else None,
                 "summary_file": summary,
-                **win.cpu_fields(win.messages, len(rates) * seconds)}
+                **win.cpu_fields(win.messages if target.scrape else sum(x["ok"] for x in out),
+                                 len(rates) * seconds)}
 
     # ------------------------------------------------------------ the capacity probe
 
-    def capacity(self, target, seconds):
-        """Closed-loop unary calls/s of a server (h2load -c 4 -m 16 for `seconds`)."""
-        cmd = self.h2load_cmd(target, ["-c", "4", "-m", "16", "-D", str(seconds)])
+    def cpu_per_call(self, target, seconds):
+        """A closed-loop probe with the server's CPU over it: (CPU seconds, OK calls, the
+        probe's calls/s), what cost.calibrate measures."""
+        win = Window(target)
+        res = self.capacity(target, seconds, full=True)
+        win.close()
+        return win.cpu_s, win.calls(res["succeeded"]), res["rps"]
+
+    def capacity(self, target, seconds, full=False):
+        """Closed-loop unary calls/s of a server (h2load -c 4 -m 16 for `seconds`); with full,
+        h2load's whole result (its `succeeded` calls, `rps`)."""
+        res = self.closed_loop(target, seconds, 4, 16)
+        return res if full else res["rps"]
+
+    def closed_loop(self, target, seconds, conns, streams, headers=()):
+        """h2load's result of a closed loop of `conns` connections with `streams` calls in
+        flight each, for `seconds`, with request `headers` ("name: value")."""
+        cmd = self.h2load_cmd(target, h2load.options(headers) + [
+            "-c", str(conns), "-m", str(streams), "-D", str(seconds)])
         res = h2load.run(cmd, seconds + 60)
         if res["error"]:
-            raise RuntimeError("capacity probe: " + res["error"])
+            raise RuntimeError("closed loop: " + res["error"])
         if not res["succeeded"]:
-            raise RuntimeError("capacity probe: no call answered in %d s (is the server's CPU "
+            raise RuntimeError("closed loop: no call answered in %d s (is the server's CPU "
                                "taken by something else?): %s" % (seconds, res["cmd"]))
-        return res["rps"]
+        return res
 
 
 def ramp_step(doc, st, frac, t0, smp, vus, t_end):
@@ -291,7 +309,9 @@ def ramp_step(doc, st, frac, t0, smp, vus, t_end):
                "throttled_periods": int(smp.delta(a, b, "cfs_throttled")[0] or 0),
                "throttled_s": smp.delta(a, b, "cfs_throttled_s")[0] or 0.0}
     goodput = answered / st["duration_s"]
-    per = dcpu / dok * 1e6 if dcpu and dok else None
+    # a server without /metrics (the grpc-java peer): the answers k6 got within the step
+    calls = dok if dok is not None else answered
+    per = dcpu / calls * 1e6 if dcpu and calls else None
     return {
         "driver": "k6 (ramping-arrival-rate, unary-ramp.js, %d VUs)" % vus,
         "stage": st["name"], "fraction": frac, "offered": st["offered"],

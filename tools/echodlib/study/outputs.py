@@ -8,7 +8,7 @@ import time
 
 from .. import cgroup, findings as F, k6, k6result, report_out
 from ..report import InputError
-from . import plots, regimes, tables
+from . import plots, regimes, tables, witness
 from .figures import measured_figures
 from .regimes import OPEN_MODEL_SENT
 
@@ -156,8 +156,8 @@ def regime_section(run):
     return md + [""]
 
 
-def markdown(run, found, elapsed, variant_text, problems):
-    """study.md."""
+def markdown(run, found, elapsed, variant_text, problems, witness_md=()):
+    """study.md (witness_md: the witness's section, study.witness)."""
     plan, res, arms = run.plan, run.res, run.arms
     unary_plateau = {a: res[a]["ramp_summary"]["plateau"] or res[a]["ramp_summary"]["peak"]
                      for a in arms}
@@ -188,6 +188,7 @@ def markdown(run, found, elapsed, variant_text, problems):
                "![msg/s](streams/goodput-vs-offered.png) ![p99](streams/p99-vs-offered.png)", ""]
     else:
         md += ["skipped: no k6", ""]
+    md += list(witness_md)
     if problems:
         md += ["## Problems", ""] + ["- " + p for p in problems]
     return "\n".join(md) + "\n"
@@ -236,12 +237,15 @@ def write(run, t_start):
     variant, variant_text = run.cost.variant(run.x)
     found = F.compute(measured_figures(res, arms, run.cap, run.x, run.cost.name == "flat",
                                        regime_doc(run)), label(run, variant))
-    written = plots.study_plots(res, arms, run.cap, run.plan, args.out)
-    problems += missing_plots(args.out, written, run.drivers.k6)
+    witness_md, witness_doc = witness.outputs(run, found, label(run, variant), args.out, problems)
+    if arms:  # echod's curves (none in a run of the witness alone)
+        written = plots.study_plots(res, arms, run.cap, run.plan, args.out)
+        problems += missing_plots(args.out, written, run.drivers.k6)
     elapsed = time.monotonic() - t_start
-    text = markdown(run, found, elapsed, variant_text, problems)
+    text = markdown(run, found, elapsed, variant_text, problems, witness_md)
     with open(os.path.join(args.out, "study.md"), "w") as fh:
         fh.write(text)
     with open(os.path.join(args.out, "study.json"), "w") as fh:
-        json.dump(document(run, found, elapsed, variant, variant_text, problems), fh, indent=1)
+        json.dump(dict(document(run, found, elapsed, variant, variant_text, problems),
+                       witness=witness_doc), fh, indent=1)
     return text

@@ -1,25 +1,27 @@
 """One study run: the calibration, then each arm in turn through the three experiments (the
 fixed-rate grid, the unary ramp, the stream ramp), and the checks that every call succeeded.
 
-The server is started here (echod with an arm's configuration, server.start_echod) and handed
-to the drivers as a server.Target: they measure whatever server the Target names.
+The server is started here (echod with an arm's configuration, server.start_echod; the
+grpc-java peer's arms of the witness, server.start_peer) and handed to the drivers as a
+server.Target: they measure whatever server the Target names.
 """
 
 import os
 
-from .. import fmt, paths
-from . import log
+from .. import fmt, paths, peers
+from . import log, witness
 from .cost import calibrate
 from .regimes import ramps
-from .server import Window, echod_target, start_echod
+from .server import echod_target, peer_target, start_echod, start_peer
 
 
 class Run:
     """A run's state: its options (bench/study's: echod, cost, capacity, cpu_us, k6_max_vus,
-    k6_go_env, k6_max_vus_why), arms and notes, its Plan, regime, CPU model, Drivers, the
-    study's Prometheus (or None) and scratch directory; once calibrated, the synthetic cost x,
-    direct's capacity cap and the calibration's rounds; its results per arm (res, as
-    study.json holds them) and problems."""
+    k6_go_env, k6_max_vus_why, and the witness's: witness, peers_build, peers_dir), arms and
+    notes, its Plan, regime, CPU model, Drivers, the study's Prometheus (or None) and scratch
+    directory; once calibrated, the synthetic cost x, direct's capacity cap and the
+    calibration's rounds; its results per arm (res, as study.json holds them), the witness's
+    per grpc-java arm (wres, by witness.label) and problems."""
 
     def __init__(self, args, arms, notes, plan, regime, model, drivers, prometheus, workdir):
         self.args = args
@@ -32,8 +34,11 @@ class Run:
         self.drivers = drivers
         self.prometheus = prometheus
         self.workdir = workdir
+        self.witness = list(getattr(args, "witness", None) or [])
         self.x = self.cap = self.calib = None
         self.res = {}
+        self.wres = {}
+        self.wrun = {}
         self.problems = []
 
     def start_echod(self, arm, x, name):
@@ -42,55 +47,102 @@ class Run:
                            self.cost.sets(x), os.path.join(self.workdir, "echod-%s.log" % name),
                            self.prometheus, name)
 
+    def start_peer(self, arm, cpu_us, name):
+        return start_peer(self.model, arm, self.args.peers_build, peers.java_opts(cpu_us),
+                          os.path.join(self.workdir, "peer-%s.log" % name), self.args.peers_dir)
+
     def calibrate(self):
-        """x, cap and calib: cost.calibrate on the direct arm."""
+        """x, cap and calib: cost.calibrate on the direct arm (echod's; the grpc-java peer's
+        when the run has only witness arms, after its JIT's warm-up)."""
         def measure(x, i):
-            d = self.start_echod("direct", x, "calibrate-%d" % i)
-            try:
-                target = echod_target(d)
+            if self.arms:
+                srv = self.start_echod("direct", x, "calibrate-%d" % i)
+                target = echod_target(srv)
                 self.drivers.capacity(target, 1)  # warm-up
-                win = Window(target)
-                rps = self.drivers.capacity(target, self.plan.calib_s)
-                win.close()
+            else:
+                srv = self.start_peer("direct", x, "calibrate-%d" % i)
+                target = peer_target(srv)
+                witness.warm_up(self, target)
+            try:
+                return self.drivers.cpu_per_call(target, self.plan.calib_s)
             finally:
-                d.stop()
-                d.close_log()
-            return win.cpu_s, win.ok_calls, rps
+                srv.stop()
+                if self.arms:
+                    srv.close_log()
         self.x, self.cap, self.calib = calibrate(self.cost, self.args.capacity,
                                                  self.plan.calib_rounds, measure, self.args.cpu_us)
         return self.x, self.cap
 
+    def run_arms(self):
+        """echod's arms in turn, each followed by its grpc-java counterpart when the run has
+        one (witness.PAIRS: both measured under the same load, minutes apart), then the
+        witness arms that have none among the run's arms."""
+        todo = list(self.witness)
+        for arm in self.arms:
+            self.run_arm(arm)
+            for w in [w for w in todo if witness.PAIRS.get(w) == arm]:
+                self.run_witness(w)
+                todo.remove(w)
+        for w in todo:
+            self.run_witness(w)
+
     def run_arm(self, arm):
         """One arm through the three experiments: its results (also in self.res[arm]); a
         driver's failure is a problem, and the arm goes on with the next experiment."""
-        x, cap = self.x, self.cap
         log("== %s" % arm)
-        r = self.res[arm] = {"fixed": [], "ramp": [], "streams": []}
-        d = self.start_echod(arm, x, arm)
+        d = self.start_echod(arm, self.x, arm)
         try:
-            target = echod_target(d)
-            # a closed-loop probe (and warm-up): what the arm's ramp VUs are sized for, within
-            # 0.9-1.1x of the calibrated capacity (the CPU clock's: on a busy machine the probe
-            # measures the machine, and a backlog sized on it would ask for far more VUs than
-            # an arm of this capacity can build)
-            r["capacity_probe"] = probe = self.drivers.capacity(target, self.plan.probe_s)
-            mu = min(max(probe, 0.9 * cap), 1.1 * cap)
-            log("  capacity probe: %.0f calls/s%s" % (probe, "" if mu == probe else
-                                                       " (VUs sized for %.0f)" % mu))
-            r["fixed"] = self.fixed_grid(target, arm, cap)
-            r["ramp"] = self.unary_ramp(target, arm, cap, mu, r)
-            if self.drivers.k6:
-                # the capped regime's ramps at the study's other caps, on this echod as the
-                # arm's own ramp left it (every call answered: the drivers' Window waits)
-                for cap_s in self.regime.extra_caps(arm, cap):
-                    r.setdefault("extra_ramps", []).append(
-                        self.extra_ramp(target, arm, cap, mu, cap_s))
-                r["streams"] = self.stream_ramps(target, arm, x, cap)
+            self.res[arm] = self.measure(echod_target(d), arm, self.cost.stream_capacity(self.x,
+                                                                                        self.cap))
         finally:
             err = d.stop()
             d.close_log()
             if err:
                 self.problems.append("%s: echod %s:\n%s" % (arm, err, d.log_tail()))
+        return self.res[arm]
+
+    def run_witness(self, arm):
+        """One grpc-java arm of the peer through the same experiments as echod's, with flat
+        work at the run's scale (witness.cpu_us) after its JIT's warm-up: its results in
+        self.wres[witness.label(arm)]."""
+        name = witness.label(arm)
+        log("== %s (grpc-java peer, -Dpeer.cpu_us=%d)" % (name, witness.cpu_us(self)))
+        p = self.start_peer(arm, witness.cpu_us(self), name)
+        try:
+            target = peer_target(p)
+            self.wrun[name] = {"warmup": witness.warm_up(self, target), "log": p.log_path}
+            # the peer charges a bidi message what it charges a call: its stream capacity is
+            # its unary one; its probe at least 3 s (after --quick's short warm-up its compiler
+            # threads may still hold the CPU for a second)
+            self.wres[name] = self.measure(target, name, self.cap, max(3, self.plan.probe_s))
+        finally:
+            err = p.stop()
+            if err:
+                self.problems.append("%s: the peer %s:\n%s" % (name, err, p.log_tail()))
+        return self.wres[name]
+
+    def measure(self, target, arm, stream_capacity, probe_s=None):
+        """The three experiments against a started server: {"fixed", "ramp", "streams",
+        "capacity_probe", "ramp_run"}."""
+        cap = self.cap
+        r = {"fixed": [], "ramp": [], "streams": []}
+        # a closed-loop probe (and warm-up): what the arm's ramp VUs are sized for, within
+        # 0.9-1.1x of the calibrated capacity (the CPU clock's: on a busy machine the probe
+        # measures the machine, and a backlog sized on it would ask for far more VUs than
+        # an arm of this capacity can build)
+        r["capacity_probe"] = probe = self.drivers.capacity(target, probe_s or self.plan.probe_s)
+        mu = min(max(probe, 0.9 * cap), 1.1 * cap)
+        log("  capacity probe: %.0f calls/s%s" % (probe, "" if mu == probe else
+                                                   " (VUs sized for %.0f)" % mu))
+        r["fixed"] = self.fixed_grid(target, arm, cap)
+        r["ramp"] = self.unary_ramp(target, arm, cap, mu, r)
+        if self.drivers.k6:
+            # the capped regime's ramps at the study's other caps, on this server as the arm's
+            # own ramp left it (every call answered: the drivers' Window waits)
+            for cap_s in self.regime.extra_caps(arm, cap):
+                r.setdefault("extra_ramps", []).append(
+                    self.extra_ramp(target, arm, cap, mu, cap_s))
+            r["streams"] = self.stream_ramps(target, arm, stream_capacity)
         return r
 
     def fixed_grid(self, target, arm, cap):
@@ -144,10 +196,10 @@ class Run:
         log_ramp(x["ramp"])
         return x
 
-    def stream_ramps(self, target, arm, x, cap):
+    def stream_ramps(self, target, arm, stream_capacity):
         """bidi-ramp.js at each stream count, its steps fractions of the stream capacity."""
         out = []
-        rates = self.plan.stream_rates(self.cost.stream_capacity(x, cap))
+        rates = self.plan.stream_rates(stream_capacity)
         for n in self.plan.stream_counts:
             try:
                 run = self.drivers.streams(target, arm, n, rates, self.plan.stream_s)

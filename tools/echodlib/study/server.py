@@ -9,7 +9,7 @@ peer of echodlib.peers) needs only a Target of its own.
 
 import time
 
-from .. import cgroup, daemon, procstat, prom
+from .. import cgroup, daemon, peers, procstat, prom
 
 SERVICE = "grpc.examples.echo.Echo"
 
@@ -36,6 +36,11 @@ class Target:
 def echod_target(d):
     """The Target of a started daemon.Echod."""
     return Target(d.grpc_port, d.pid, d.scrape)
+
+
+def peer_target(p):
+    """The Target of a started peers.Peer: no /metrics (its calls are the driver's counts)."""
+    return Target(p.port, p.pid)
 
 
 class CpuModel:
@@ -74,6 +79,13 @@ def start_echod(binary, model, arm_file, sets, log_path, prometheus=None, name=N
         prometheus.add_target(d.admin_port, arm=name)
         prometheus.wait_up(d.admin_port)
     return d
+
+
+def start_peer(model, arm, build, java_opts, log_path, peers_dir=peers.PEERS_DIR):
+    """The grpc-java peer's `arm` (direct, default, fixed:N) under the CPU model's prefix, as
+    echod runs (pinned to the server CPU, or in the quota's cgroup)."""
+    return peers.JavaPeer(arm, build, prefix=model.server_prefix, java_opts=java_opts,
+                          log_path=log_path, peers_dir=peers_dir).start()
 
 
 class Window:
@@ -128,6 +140,11 @@ class Window:
                         "throttled_periods": int(delta("echod_cgroup_cpu_throttled_periods_total")),
                         "throttled_s": delta("echod_cgroup_cpu_throttled_seconds_total")}
         return self
+
+    def calls(self, counted):
+        """The window's OK unary calls: the server's own count, or the driver's (`counted`)
+        for a server without /metrics."""
+        return self.ok_calls if self.target.scrape else counted
 
     def failures(self, abandon_cap):
         """(failed, abandoned, codes): non-OK endings the server counted, except CANCELLED

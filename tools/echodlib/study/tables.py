@@ -167,6 +167,8 @@ def throttle_table(res, arms, plan):
         if not c or not c["periods"]:
             return "-"
         return "%.0f%% (%.2f s)" % (100.0 * c["throttled_periods"] / c["periods"], c["throttled_s"])
+    if not arms:  # a run of the witness alone (study.witness)
+        return None
     rows = [("fixed %s" % s["driver"].split(" ")[0], [res[a]["fixed"][i] for a in arms])
             for i, s in enumerate(res[arms[0]]["fixed"])]
     rows += [("%.2g x" % frac, [step_at(res, a, i) or {} for a in arms])
