@@ -506,7 +506,7 @@ class QuickWitnessStudy(StudyRun):
                 self.assertIsNotNone(row["ratio"][k], row)
         self.assertEqual([f["variant"] for f in w["findings"]], ["witness:grpc-java"] * 5)
         self.assertEqual(sorted(w["findings_merged"][0]["variants"]),
-                         sorted([self.data["cost"]["variant"], "witness:grpc-java"]))
+                         sorted([self.data["label"], "witness:grpc-java"]))
         with open(os.path.join(self.out, "study.md")) as f:
             md = f.read()
         for text in ("## Witness: grpc-java on this machine", "### Findings, echod and grpc-java",
