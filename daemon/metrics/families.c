@@ -227,6 +227,16 @@ static const echod_metrics__family_t serving[] = {
      .label = {LABEL_FIELDS("thread", echod_charge_thread_names, M(step_runs_loop), M(step_runs_worker))}},
     {"echod_loop_tasks_total", COUNTER, "Work posted back to an I/O loop from another thread, by kind.",
      FIELD(loop_tasks), .label = {LABEL("kind", echod_loop_task_names, ECHOD_LOOP_TASK__COUNT, U64)}},
+    {"echod_handoffs_total", COUNTER,
+     "Hand-offs of calls across threads (dispatches to workers, loop tasks to loops), by receiver and what they "
+     "found: the receiver parked (asleep: it woke it) or running.",
+     FIELD(handoffs),
+     .label = {LABEL("receiver", echod_handoff_receiver_names, ECHOD_HANDOFF_RECEIVER__COUNT, ROW(handoffs)),
+               LABEL("found", echod_handoff_found_names, ECHOD_HANDOFF_FOUND__COUNT, U64)}},
+    {"echod_loop_wakeups_total", COUNTER,
+     "I/O loop iterations that slept in the poll and woke to work, by cause: a read or accept (io), or a batch of "
+     "loop tasks (task).",
+     FIELD(loop_wakeups), .label = {LABEL("cause", echod_loop_wake_names, ECHOD_LOOP_WAKE__COUNT, U64)}},
     {"echod_flushes_total", COUNTER, "Write-queue flushes (one writev each), by trigger.", FIELD(flushes),
      .label = {LABEL("trigger", echod_flush_trigger_names, ECHOD_FLUSH_TRIGGER__COUNT, U64)}},
     {"echod_flush_frames", HISTOGRAM, "HTTP/2 frames written per flush.", FIELD(flush_frames)},

@@ -564,6 +564,7 @@ static void on_read_held(echod_conn_t *conn, h2o_socket_t *sock, const char *err
 static void on_read(h2o_socket_t *sock, const char *err)
 {
     echod_conn_t *conn = sock->data;
+    echod_loop_woken(conn->loop, ECHOD_LOOP_WAKE_IO);
     conn_hold(conn);
     on_read_held(conn, sock, err);
     echod_conn_release(conn);
