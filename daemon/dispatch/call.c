@@ -38,8 +38,8 @@ void echod_call_handoff(const echod_call_t *call, echod_handoff_receiver_t to, i
 {
     ECHOD_COUNT(echod_metrics.handoffs[to][parked ? ECHOD_HANDOFF_PARKED : ECHOD_HANDOFF_RUNNING]);
     if (call->spec.model.on)
-        echod_model_charge(&call->spec.model, ECHOD_CHARGE_HANDOFF,
-                           to == ECHOD_HANDOFF_TO_LOOP ? ECHOD_CHARGE_ON_LOOP : ECHOD_CHARGE_ON_WORKER);
+        echod_model_charge_handoff(&call->spec.model,
+                                   to == ECHOD_HANDOFF_TO_LOOP ? ECHOD_CHARGE_ON_LOOP : ECHOD_CHARGE_ON_WORKER, parked);
 }
 
 /* A dispatch's drain (or pass-through step) starts on a worker: the hand-off it received. */

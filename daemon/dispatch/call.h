@@ -146,7 +146,7 @@ static inline void echod_call_charge(const echod_call_t *call, echod_charge_kind
  * A hand-off of this call that the calling thread received (`to`: a worker, as a drain of its
  * serializer starts there; the loop, as a loop task runs), which found that thread parked or
  * running: counted in echod_handoffs_total whether or not the model is on, and charged by the
- * call's model. Any thread, inside the call's life.
+ * call's model (handoff, and handoff_wake on top when parked). Any thread, inside the call's life.
  */
 void echod_call_handoff(const echod_call_t *call, echod_handoff_receiver_t to, int parked);
 

@@ -173,10 +173,12 @@ static void build_info_series(echod_metrics__render_t *r, const echod_metrics__f
         echod_metrics__label(r, "sched_policy", echod_sched_policy_name(cfg->dispatch.sched_policy));
         /* flat cost or cost model: the unit costs a scrape was priced with (per call they may differ) */
         const echod_work_model_t *m = &cfg->work.model;
-        char model[96] = "off";
+        char model[192] = "off";
         if (m->enabled)
-            snprintf(model, sizeof(model), "call=%u,step=%u,handoff=%u,message=%u", m->call_cpu_us, m->step_cpu_us,
-                     m->handoff_cpu_us, m->message_cpu_us);
+            snprintf(model, sizeof(model),
+                     "call=%u,step=%u,handoff=%u,message=%u,handoff_wake=%u,wakeup=%u,background_millicores=%u",
+                     m->call_cpu_us, m->step_cpu_us, m->handoff_cpu_us, m->message_cpu_us, m->handoff_wake_cpu_us,
+                     m->wakeup_cpu_us, m->background_millicores);
         echod_metrics__label(r, "work_model", model);
         echod_metrics__label(r, "config_sha256", cfg->sha256);
     }
@@ -342,7 +344,8 @@ static const echod_metrics__family_t serving[] = {
      .label = {LABEL("kind", echod_charge_names, ECHOD_CHARGE__COUNT, ROW(work_model_cpu_ns)),
                LABEL("thread", echod_charge_thread_names, ECHOD_CHARGE_THREAD__COUNT, U64)}},
     {"echod_work_model_charges_total", COUNTER,
-     "Charges of the cost model: calls, steps run, hand-offs received, messages in and out.", FIELD(work_model_charges),
+     "Charges of the cost model: calls, steps run, hand-offs received (and wakes), messages, wake-ups, slices.",
+     FIELD(work_model_charges),
      .label = {LABEL("kind", echod_charge_names, ECHOD_CHARGE__COUNT, ROW(work_model_charges)),
                LABEL("thread", echod_charge_thread_names, ECHOD_CHARGE_THREAD__COUNT, U64)}},
     {"echod_work_drawn_seconds", HISTOGRAM,

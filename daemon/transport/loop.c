@@ -75,6 +75,8 @@ int echod_loop_woken(echod_loop_t *loop, echod_loop_wake_t cause)
     if (voluntary_switches() == loop->poll_switches)
         return 0;
     ECHOD_COUNT(echod_metrics.loop_wakeups[cause]);
+    if (cause == ECHOD_LOOP_WAKE_IO)
+        echod_model_charge(&loop->model, ECHOD_CHARGE_WAKEUP, ECHOD_CHARGE_ON_LOOP);
     return 1;
 }
 
@@ -208,6 +210,7 @@ static int loop_finished(echod_loop_t *loop)
 static int loop_setup(echod_loop_t *loop)
 {
     const echod_config_t *cfg = loop->server->cfg;
+    echod_model_init(&loop->model, &cfg->work.model);
     loop->evloop = h2o_evloop_create();
     loop->queue = h2o_multithread_create_queue(loop->evloop);
     h2o_multithread_register_receiver(loop->queue, &loop->tasks, on_tasks);

@@ -14,6 +14,7 @@
 #include "util/pool.h"
 #include "transport/events.h"
 #include "transport/server.h"
+#include "work/model.h"
 
 struct echod_conn;
 
@@ -51,6 +52,7 @@ typedef struct echod_loop {
     uint64_t poll_switches;
     int iteration_asked;
     int batch_woke;
+    echod_model_t model; /* the server's work.model: what a wake-up by I/O burns */
     int draining, cut;
     uint64_t drain_deadline_ms;
     h2o_multithread_message_t shutdown_msg;
@@ -86,8 +88,8 @@ static inline echod_loop_t *echod_loop_current(void)
  * accept (ECHOD_LOOP_WAKE_IO), the batch of loop tasks (ECHOD_LOOP_WAKE_TASK). Returns 1 when it
  * is the first such callback of the loop's iteration and the thread slept in the iteration's
  * poll (its voluntary context switches moved: getrusage, once, lazily): a wake-up, counted in
- * echod_loop_wakeups_total{cause}. 0 otherwise: the loop was running, or the callback is not the
- * iteration's first.
+ * echod_loop_wakeups_total{cause}, and by I/O charged work.model.wakeup_cpu_us on the loop. 0
+ * otherwise: the loop was running, or the callback is not the iteration's first.
  */
 int echod_loop_woken(echod_loop_t *loop, echod_loop_wake_t cause);
 
