@@ -22,6 +22,7 @@
 #include "transport/tls.h"
 #include "util/log.h"
 #include "util/err.h"
+#include "work/background.h"
 
 #ifndef ECHOD_VERSION
 #define ECHOD_VERSION "dev"
@@ -205,6 +206,11 @@ int main(int argc, char **argv)
             return EXIT_CONFIG;
         }
     }
+    echod_background_t *background;
+    if (echod_background_start(&cfg.work.model, &background, err, sizeof(err)) != 0) {
+        fprintf(stderr, "echod: %s\n", err);
+        return EXIT_CONFIG;
+    }
     echod_admin_set_serving(admin); /* every thread runs now: /readyz 200 */
     echod_info("echod %s arm=%s grpc=%s%s admin=%s%s%s executor=%s serialize=%s flush=%s loops=%u", ECHOD_VERSION,
                cfg.arm, cfg.listen.grpc, server.ssl_ctx != NULL ? " (tls)" : "", cfg.listen.admin,
@@ -230,6 +236,7 @@ int main(int argc, char **argv)
         echod_loop_shutdown(loops[i]);
     for (unsigned i = 0; i != nloops; i++)
         echod_loop_join(loops[i]);
+    echod_background_stop(background);
     /* the admin thread reads executor gauges: stop it before the executors go */
     echod_admin_stop(admin);
     echod_dispatcher_dispose(&server.dispatcher);

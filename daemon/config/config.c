@@ -271,13 +271,17 @@ static const key_def_t echo_keys[] = {
     END_OF_KEYS,
 };
 
-/* work.model: each unit cost is capped by work.max_cpu, checked in finish. */
+/* work.model: each unit cost (the *_cpu_us) is capped by work.max_cpu, checked in finish. */
 static const key_def_t model_keys[] = {
     BOOL_KEY("enabled", CFG, work.model.enabled, false),
     UINT_KEY("call_cpu_us", CFG, work.model.call_cpu_us, 0, MAX_WORK_US, 0),
     UINT_KEY("step_cpu_us", CFG, work.model.step_cpu_us, 0, MAX_WORK_US, 0),
     UINT_KEY("handoff_cpu_us", CFG, work.model.handoff_cpu_us, 0, MAX_WORK_US, 0),
+    UINT_KEY("handoff_wake_cpu_us", CFG, work.model.handoff_wake_cpu_us, 0, MAX_WORK_US, 0),
     UINT_KEY("message_cpu_us", CFG, work.model.message_cpu_us, 0, MAX_WORK_US, 0),
+    UINT_KEY("wakeup_cpu_us", CFG, work.model.wakeup_cpu_us, 0, MAX_WORK_US, 0),
+    /* one thread burns it: at most a whole CPU */
+    UINT_KEY("background_millicores", CFG, work.model.background_millicores, 0, 1000, 0),
     END_OF_KEYS,
 };
 
@@ -1714,10 +1718,9 @@ static int check_model(const echod_config_t *cfg, char *err, size_t errlen)
     const struct {
         const char *key;
         uint32_t us;
-    } units[] = {{"call_cpu_us", m->call_cpu_us},
-                 {"step_cpu_us", m->step_cpu_us},
-                 {"handoff_cpu_us", m->handoff_cpu_us},
-                 {"message_cpu_us", m->message_cpu_us}};
+    } units[] = {{"call_cpu_us", m->call_cpu_us},       {"step_cpu_us", m->step_cpu_us},
+                 {"handoff_cpu_us", m->handoff_cpu_us}, {"handoff_wake_cpu_us", m->handoff_wake_cpu_us},
+                 {"message_cpu_us", m->message_cpu_us}, {"wakeup_cpu_us", m->wakeup_cpu_us}};
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
         if (check_us_cap(cfg, "work.model", units[i].key, units[i].us, "work.max_cpu", cfg->work.max_cpu_ms, err,
                          errlen) != 0)

@@ -82,6 +82,12 @@ typedef struct {
     uint32_t step_cpu_us;    /* per step that runs, on the thread that runs it */
     uint32_t handoff_cpu_us; /* per cross-thread hand-off (dispatch, loop task), on the receiving thread */
     uint32_t message_cpu_us; /* per message in and per message out, where it is decoded or encoded */
+    /* in addition to handoff_cpu_us, per hand-off that found its receiver parked (and so woke it) */
+    uint32_t handoff_wake_cpu_us;
+    /* server-wide only (no call's): per I/O wake-up of a loop, on the loop; and a steady
+     * background rate in thousandths of a CPU, on a thread of its own (work/background.h) */
+    uint32_t wakeup_cpu_us;
+    uint32_t background_millicores;
 } echod_work_model_t;
 
 typedef enum { ECHOD_SERIALIZE_AUTO = 0, ECHOD_SERIALIZE_ALWAYS } echod_serialize_t;

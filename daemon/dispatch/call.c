@@ -34,11 +34,19 @@ static void charge_here(const echod_call_t *call, echod_charge_kind_t kind)
         echod_model_charge(&call->spec.model, kind, thread_of(call));
 }
 
-/* A dispatch's drain (or pass-through step) starts on a worker: the hand-off it received. */
-static void serializer_handoff(echod_serializer_t *s)
+void echod_call_handoff(const echod_call_t *call, echod_handoff_receiver_t to, int parked)
 {
-    const echod_call_t *call = (const echod_call_t *)((char *)s - offsetof(echod_call_t, serializer));
-    echod_model_charge(&call->spec.model, ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_WORKER);
+    ECHOD_COUNT(echod_metrics.handoffs[to][parked ? ECHOD_HANDOFF_PARKED : ECHOD_HANDOFF_RUNNING]);
+    if (call->spec.model.on)
+        echod_model_charge_handoff(&call->spec.model,
+                                   to == ECHOD_HANDOFF_TO_LOOP ? ECHOD_CHARGE_ON_LOOP : ECHOD_CHARGE_ON_WORKER, parked);
+}
+
+/* A dispatch's drain (or pass-through step) starts on a worker: the hand-off it received. */
+static void serializer_handoff(echod_serializer_t *s, int parked)
+{
+    echod_call_handoff((const echod_call_t *)((char *)s - offsetof(echod_call_t, serializer)), ECHOD_HANDOFF_TO_WORKER,
+                       parked);
 }
 
 void echod_call_init(echod_call_t *call, const echod_call_ops_t *ops, const echod_dispatcher_t *dispatcher)
@@ -53,6 +61,7 @@ void echod_call_init(echod_call_t *call, const echod_call_ops_t *ops, const echo
     echod_serializer_init(&call->serializer, dispatcher->exec, dispatcher->exec_metrics, dispatcher->mode);
     call->serializer.owner_retain = serializer_retain;
     call->serializer.owner_release = serializer_release;
+    call->serializer.on_handoff = serializer_handoff;
     call->spec.model.on = 0; /* until admission resolves it: a call shed or rejected is charged nothing */
     ECHOD_COUNT(echod_metrics.calls_in_flight);
 }
@@ -176,12 +185,8 @@ echod_admit_t echod_call_admit(echod_call_t *call, const echod_work_over_t *over
         *work_error = NULL;
     }
     echod_work_resolve(cfg, call->path, over, call->seq, m == NULL || !m->on_loop, &call->spec, &call->work_error);
-    if (call->spec.model.on) {
-        /* before any step: the drains that run this call's steps charge the hand-off they received */
-        if (call->spec.model.us[ECHOD_CHARGE_HANDOFF] != 0)
-            call->serializer.on_handoff = serializer_handoff;
+    if (call->spec.model.on)
         echod_model_charge_call(&call->spec.model, 0);
-    }
     return ECHOD_ADMIT_ACCEPTED;
 }
 

@@ -142,6 +142,14 @@ static inline void echod_call_charge(const echod_call_t *call, echod_charge_kind
         echod_model_charge(&call->spec.model, kind, thread);
 }
 
+/*
+ * A hand-off of this call that the calling thread received (`to`: a worker, as a drain of its
+ * serializer starts there; the loop, as a loop task runs), which found that thread parked or
+ * running: counted in echod_handoffs_total whether or not the model is on, and charged by the
+ * call's model (handoff, and handoff_wake on top when parked). Any thread, inside the call's life.
+ */
+void echod_call_handoff(const echod_call_t *call, echod_handoff_receiver_t to, int parked);
+
 /* Home thread: the trailers' half of the model's call charge, as the call's status is queued. */
 static inline void echod_call_charge_trailers(const echod_call_t *call)
 {

@@ -18,6 +18,8 @@
 /* Which executor the calling thread works for; NULL on every thread that is not a worker. */
 static _Thread_local echod_exec_t *current_exec;
 
+_Thread_local int echod_exec__woke, echod_exec__task_woke;
+
 void *echod_exec__alloc_lines(size_t size)
 {
     size_t rounded = (size + ECHOD_EXEC_CACHE_LINE - 1) / ECHOD_EXEC_CACHE_LINE * ECHOD_EXEC_CACHE_LINE;
@@ -160,6 +162,13 @@ int echod_exec_on_worker(void)
     return current_exec != NULL;
 }
 
+/* A function, not an inline read: a virtual thread may resume on another carrier, and the
+ * thread-local's address must be taken on the thread that runs it now. */
+int echod_exec_task_woke(void)
+{
+    return echod_exec__task_woke;
+}
+
 echod_exec_t *echod_exec__current(void)
 {
     return current_exec;
@@ -205,6 +214,7 @@ void echod_exec__worker_enter(echod_exec_t *exec, unsigned index)
     /* Naming is cosmetic (top -H, perf); a failure must not stop the worker. */
     (void)pthread_setname_np(pthread_self(), tname);
     current_exec = exec;
+    echod_exec__woke = 1; /* its first task found it not yet running: as a parked thread */
     atomic_fetch_add_explicit(&exec->threads, 1, memory_order_relaxed);
 }
 

@@ -78,6 +78,16 @@ unsigned echod_exec_available_cpus(void);
 int echod_exec_on_worker(void);
 
 /*
+ * Inside a task an executor runs (a virtual thread's included): 1 when the hand-off of this task
+ * found the thread that runs it parked, that is, the thread slept in its executor's wait (fixed:
+ * its condition wait; cached: its futex; workstealing and virtual: the carrier's wait) since its
+ * previous task, or is new; 0 when it went on from task to task without sleeping. Each task
+ * consumes what its thread's park left, so a wake-up is never carried to a later task. 0 on any
+ * other thread, and under `direct` (it runs the submitter's task at once).
+ */
+int echod_exec_task_woke(void);
+
+/*
  * `virtual`: every submitted task runs on a virtual thread of its own (a fiber on a stack from
  * the executor's pool) mounted on a carrier; a virtual thread that sleeps parks and frees its
  * carrier (docs/virtual-threads.md). These counters and gauges are what /metrics shows.

@@ -173,6 +173,9 @@ static int park(cached_worker_t *w, int stack_was_empty, const struct timespec *
                                                 memory_order_acquire)) {
         for (;;) {
             int err = futex_sleep(&w->park, PARK_SLEEPING, deadline);
+            /* EAGAIN: handed (or timed out) before it slept; anything else returns from a sleep */
+            if (err != EAGAIN)
+                echod_exec__woke = 1;
             if (atomic_load_explicit(&w->park, memory_order_acquire) == PARK_HANDED)
                 break;
             if (err == ETIMEDOUT)

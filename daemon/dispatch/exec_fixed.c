@@ -55,6 +55,7 @@ static void *worker_main(void *arg)
             f->waiting++;
             pthread_cond_wait(&f->nonempty, &f->lock);
             f->waiting--;
+            echod_exec__woke = 1;
         }
         /* Stopping with an empty queue: anything a still-running task adds, that task's thread finds. */
         if (f->head == NULL)

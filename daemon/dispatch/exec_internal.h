@@ -88,11 +88,21 @@ echod_exec_t *echod_exec__swap_current(echod_exec_t *exec);
 void echod_exec__thread_name(char *buf, size_t cap, const char *name, unsigned index);
 
 /*
- * Runs one dequeued task on a worker: reports the queue wait to the observer first, then calls
- * run. The task is not touched after run() is called: run may free it or resubmit it.
+ * The calling worker slept in its executor's wait (set where each mode's threads actually park,
+ * and by worker_enter: a new thread was not running), and what the task it runs found
+ * (echod_exec_task_woke): echod_exec__run moves the one into the other as each task starts.
+ */
+extern _Thread_local int echod_exec__woke, echod_exec__task_woke;
+
+/*
+ * Runs one dequeued task on a worker: takes the thread's wake-up for it and reports the queue
+ * wait to the observer first, then calls run. The task is not touched after run() is called:
+ * run may free it or resubmit it.
  */
 static inline void echod_exec__run(echod_exec_t *exec, echod_task_t *task)
 {
+    echod_exec__task_woke = echod_exec__woke;
+    echod_exec__woke = 0;
     if (exec->on_start != NULL) {
         uint64_t now = echod_now_ns(), then = task->enqueued_ns;
         exec->on_start(exec->on_start_ctx, now > then ? now - then : 0);

@@ -424,9 +424,7 @@ static void *unparker_main(void *arg)
             pthread_mutex_lock(&vx->timer_lock);
             continue;
         }
-        uint64_t at = vx->heap[0]->wake_ns;
-        struct timespec ts = {(time_t)(at / 1000000000u), (long)(at % 1000000000u)};
-        pthread_cond_timedwait(&vx->timer_wake, &vx->timer_lock, &ts);
+        echod_cond_wait_until(&vx->timer_wake, &vx->timer_lock, vx->heap[0]->wake_ns);
     }
     pthread_mutex_unlock(&vx->timer_lock);
     atomic_fetch_sub_explicit(&vx->super.threads, 1, memory_order_relaxed);
@@ -550,11 +548,7 @@ echod_exec_t *echod_exec__virtual_create(const char *name, unsigned threads, siz
     vx->map_bytes = vx->page + vx->stack_bytes + vx->page;
     pthread_mutex_init(&vx->pool_lock, NULL);
     pthread_mutex_init(&vx->timer_lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&vx->timer_wake, &ca);
-    pthread_condattr_destroy(&ca);
+    echod_cond_init_monotonic(&vx->timer_wake);
     pthread_mutex_init(&vx->idle_lock, NULL);
     pthread_cond_init(&vx->idle_cond, NULL);
 

@@ -200,8 +200,10 @@ static void *carrier_main(void *arg)
             run_on_carrier(ws, self, task);
             continue;
         }
-        while (self->parked)
+        while (self->parked) {
             pthread_cond_wait(&self->wake, &ws->park_lock);
+            echod_exec__woke = 1;
+        }
         pthread_mutex_unlock(&ws->park_lock);
     }
     self_carrier = NULL;

@@ -80,7 +80,7 @@ static void drain_run(echod_task_t *task)
     echod_exec_t *exec = s->exec;
     echod_step_t *step;
     if (s->on_handoff != NULL && !echod_exec_is_direct(exec))
-        s->on_handoff(s);
+        s->on_handoff(s, echod_exec_task_woke());
     /* like SerializingExecutor.run: stop after a step that switched the executor */
     while (s->exec == exec && (step = mpsc_pop(s)) != NULL)
         step->run(step);
@@ -142,7 +142,7 @@ static void passthrough_run(echod_task_t *task)
     echod_step_t *step = (echod_step_t *)task;
     echod_serializer_t *s = step->owner; /* read before run: the step may free itself */
     if (s->on_handoff != NULL)           /* pass-through is only ever a one-thread pool's */
-        s->on_handoff(s);
+        s->on_handoff(s, echod_exec_task_woke());
     step->run(step);
     s->owner_release(s);
 }

@@ -44,8 +44,9 @@ struct echod_serializer {
     void (*owner_release)(echod_serializer_t *s);
     /* NULL (init), or set by the owner before the first submit: called on the receiving thread
      * as a drain or a pass-through step starts there after a dispatch that crossed threads
-     * (not through `direct`), for the cost model's hand-off charge (work/model.h). */
-    void (*on_handoff)(echod_serializer_t *s);
+     * (not through `direct`), with whether it found that thread parked (echod_exec_task_woke),
+     * for the hand-off counters and the cost model's charge (work/model.h). */
+    void (*on_handoff)(echod_serializer_t *s, int parked);
     /* Where the next drain goes; changed only by a step running on this serializer. */
     echod_exec_t *exec;
     struct echod_exec_metrics *exec_metrics;

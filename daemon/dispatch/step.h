@@ -1,4 +1,9 @@
-/* The steps of a call (docs/dispatch-model.md, section 2) as counted in echod_call_steps_total{step}. */
+/*
+ * The steps of a call (docs/dispatch-model.md, section 2) as counted in echod_call_steps_total{step},
+ * and the hand-offs that carry them between threads (section 7) as counted in
+ * echod_handoffs_total{receiver,found}. Each enum's label values are beside it (step.c asserts one
+ * per value).
+ */
 #ifndef ECHOD_STEP_H
 #define ECHOD_STEP_H
 
@@ -16,5 +21,18 @@ typedef enum {
 
 /* Label values, indexed by echod_step_kind_t (ECHOD_STEP__COUNT of them: step.c asserts it). */
 extern const char *const echod_step_names[];
+
+/* Who received a hand-off: a worker (a dispatch of the call's drain), or its loop (a loop task). */
+typedef enum {
+    ECHOD_HANDOFF_TO_LOOP = 0,
+    ECHOD_HANDOFF_TO_WORKER,
+    ECHOD_HANDOFF_RECEIVER__COUNT
+} echod_handoff_receiver_t;
+extern const char *const echod_handoff_receiver_names[];
+
+/* What the hand-off found: its receiver parked (asleep in its wait, which the hand-off ended) or
+ * running (it took the hand-off from its queue without sleeping). */
+typedef enum { ECHOD_HANDOFF_PARKED = 0, ECHOD_HANDOFF_RUNNING, ECHOD_HANDOFF_FOUND__COUNT } echod_handoff_found_t;
+extern const char *const echod_handoff_found_names[];
 
 #endif

@@ -178,10 +178,12 @@ static void build_info_series(echod_metrics__render_t *r, const echod_metrics__f
         echod_metrics__label(r, "sched_policy", echod_sched_policy_name(cfg->dispatch.sched_policy));
         /* flat cost or cost model: the unit costs a scrape was priced with (per call they may differ) */
         const echod_work_model_t *m = &cfg->work.model;
-        char model[96] = "off";
+        char model[192] = "off";
         if (m->enabled)
-            snprintf(model, sizeof(model), "call=%u,step=%u,handoff=%u,message=%u", m->call_cpu_us, m->step_cpu_us,
-                     m->handoff_cpu_us, m->message_cpu_us);
+            snprintf(model, sizeof(model),
+                     "call=%u,step=%u,handoff=%u,message=%u,handoff_wake=%u,wakeup=%u,background_millicores=%u",
+                     m->call_cpu_us, m->step_cpu_us, m->handoff_cpu_us, m->message_cpu_us, m->handoff_wake_cpu_us,
+                     m->wakeup_cpu_us, m->background_millicores);
         echod_metrics__label(r, "work_model", model);
         echod_metrics__label(r, "config_sha256", cfg->sha256);
     }
@@ -232,6 +234,16 @@ static const echod_metrics__family_t serving[] = {
      .label = {LABEL_FIELDS("thread", echod_charge_thread_names, M(step_runs_loop), M(step_runs_worker))}},
     {"echod_loop_tasks_total", COUNTER, "Work posted back to an I/O loop from another thread, by kind.",
      FIELD(loop_tasks), .label = {LABEL("kind", echod_loop_task_names, ECHOD_LOOP_TASK__COUNT, U64)}},
+    {"echod_handoffs_total", COUNTER,
+     "Hand-offs of calls across threads (dispatches to workers, loop tasks to loops), by receiver and what they "
+     "found: the receiver parked (asleep: it woke it) or running.",
+     FIELD(handoffs),
+     .label = {LABEL("receiver", echod_handoff_receiver_names, ECHOD_HANDOFF_RECEIVER__COUNT, ROW(handoffs)),
+               LABEL("found", echod_handoff_found_names, ECHOD_HANDOFF_FOUND__COUNT, U64)}},
+    {"echod_loop_wakeups_total", COUNTER,
+     "I/O loop iterations that slept in the poll and woke to work, by cause: a read or accept (io), or a batch of "
+     "loop tasks (task).",
+     FIELD(loop_wakeups), .label = {LABEL("cause", echod_loop_wake_names, ECHOD_LOOP_WAKE__COUNT, U64)}},
     {"echod_flushes_total", COUNTER, "Write-queue flushes (one writev each), by trigger.", FIELD(flushes),
      .label = {LABEL("trigger", echod_flush_trigger_names, ECHOD_FLUSH_TRIGGER__COUNT, U64)}},
     {"echod_flush_frames", HISTOGRAM, "HTTP/2 frames written per flush.", FIELD(flush_frames)},
@@ -337,7 +349,8 @@ static const echod_metrics__family_t serving[] = {
      .label = {LABEL("kind", echod_charge_names, ECHOD_CHARGE__COUNT, ROW(work_model_cpu_ns)),
                LABEL("thread", echod_charge_thread_names, ECHOD_CHARGE_THREAD__COUNT, U64)}},
     {"echod_work_model_charges_total", COUNTER,
-     "Charges of the cost model: calls, steps run, hand-offs received, messages in and out.", FIELD(work_model_charges),
+     "Charges of the cost model: calls, steps run, hand-offs received (and wakes), messages, wake-ups, slices.",
+     FIELD(work_model_charges),
      .label = {LABEL("kind", echod_charge_names, ECHOD_CHARGE__COUNT, ROW(work_model_charges)),
                LABEL("thread", echod_charge_thread_names, ECHOD_CHARGE_THREAD__COUNT, U64)}},
     {"echod_work_drawn_seconds", HISTOGRAM,

@@ -620,6 +620,7 @@ size_t echod_conn_serve_reads(echod_loop_t *loop)
 static void on_read(h2o_socket_t *sock, const char *err)
 {
     echod_conn_t *conn = sock->data;
+    echod_loop_woken(conn->loop, ECHOD_LOOP_WAKE_IO);
     if (conn->loop->server->cfg->io.read_batch == ECHOD_READ_BATCH_NETTY) {
         queue_read(conn, err);
         return;

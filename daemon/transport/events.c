@@ -10,6 +10,12 @@ const char *const echod_loop_task_names[] = {
 };
 _Static_assert(NELEMS(echod_loop_task_names) == ECHOD_LOOP_TASK__COUNT, "a name per loop task kind");
 
+const char *const echod_loop_wake_names[] = {
+    [ECHOD_LOOP_WAKE_IO] = "io",
+    [ECHOD_LOOP_WAKE_TASK] = "task",
+};
+_Static_assert(NELEMS(echod_loop_wake_names) == ECHOD_LOOP_WAKE__COUNT, "a name per wake-up cause");
+
 const char *const echod_flush_trigger_names[] = {
     [ECHOD_FLUSH_TRIGGER_LOOP_TAIL] = "loop_tail",
     [ECHOD_FLUSH_TRIGGER_READ_COMPLETE] = "read_complete",

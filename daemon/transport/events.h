@@ -1,6 +1,6 @@
 /*
  * What the transport counts, by kind: the enums live here, with their owner, and metrics sizes
- * its counters by them (echod_loop_tasks_total, echod_flushes_total,
+ * its counters by them (echod_loop_tasks_total, echod_loop_wakeups_total, echod_flushes_total,
  * echod_connections_closed_total, echod_closed_stream_frames_total, echod_rest_requests_total).
  * Each enum's label values are beside it, indexed by it (events.c asserts one per value).
  */
@@ -15,6 +15,11 @@ typedef enum {
     ECHOD_LOOP_TASK__COUNT
 } echod_loop_task_kind_t;
 extern const char *const echod_loop_task_names[];
+
+/* What woke an I/O loop that slept in its poll (transport/loop.c): a read or an accept, or a
+ * batch of loop tasks (its queue's pipe). */
+typedef enum { ECHOD_LOOP_WAKE_IO = 0, ECHOD_LOOP_WAKE_TASK, ECHOD_LOOP_WAKE__COUNT } echod_loop_wake_t;
+extern const char *const echod_loop_wake_names[];
 
 /* Why a connection flushed (transport/conn.c). */
 typedef enum {

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,10 +47,50 @@ void echod_loop_post(echod_loop_t *loop, echod_loop_msg_t *msg)
     h2o_multithread_send_message(&loop->tasks, &msg->super);
 }
 
-/* A batch of loop tasks, then one flush per connection they wrote to (every policy). */
+/* Voluntary context switches of the calling thread: a blocking poll adds one, a busy one none. */
+static uint64_t voluntary_switches(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    return (uint64_t)ru.ru_nvcsw;
+}
+
+/*
+ * An iteration's first run, whose poll may sleep: whether it did is told by the switches before
+ * the poll (docs/threads.md), not by timing, which cannot tell a poll that slept 10 us from one
+ * that found work at once. Only the loop's own calls and the poll itself run between the read
+ * here and the first callback (loop_iterate's further runs do not wait).
+ */
+static void run_waiting(echod_loop_t *loop)
+{
+    loop->poll_switches = voluntary_switches();
+    loop->iteration_asked = 0;
+    h2o_evloop_run(loop->evloop, INT32_MAX);
+}
+
+int echod_loop_woken(echod_loop_t *loop, echod_loop_wake_t cause)
+{
+    if (loop->iteration_asked)
+        return 0;
+    loop->iteration_asked = 1;
+    if (voluntary_switches() == loop->poll_switches)
+        return 0;
+    ECHOD_COUNT(echod_metrics.loop_wakeups[cause]);
+    if (cause == ECHOD_LOOP_WAKE_IO)
+        echod_model_charge(&loop->model, ECHOD_CHARGE_WAKEUP, ECHOD_CHARGE_ON_LOOP);
+    return 1;
+}
+
+/*
+ * A batch of loop tasks, then one flush per connection they wrote to (every policy). h2o runs the
+ * queue's socket (a client socket) before connections' reads, so a batch that woke the loop is
+ * its iteration's first callback; its first task is the one whose post woke it (h2o writes the
+ * queue's pipe only for a post to an empty queue, and keeps the order of posts).
+ */
 static void on_tasks(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
 {
     echod_loop_t *loop = H2O_STRUCT_FROM_MEMBER(echod_loop_t, tasks, receiver);
+    loop->batch_woke = echod_loop_woken(loop, ECHOD_LOOP_WAKE_TASK);
     loop->in_task_batch = 1;
     while (!h2o_linklist_is_empty(messages)) {
         echod_loop_msg_t *msg = H2O_STRUCT_FROM_MEMBER(echod_loop_msg_t, super.link, messages->next);
@@ -57,6 +98,7 @@ static void on_tasks(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messa
         msg->run(msg);
     }
     loop->in_task_batch = 0;
+    loop->batch_woke = 0;
     echod_conn_t *conn = loop->batch_dirty;
     loop->batch_dirty = NULL;
     while (conn != NULL)
@@ -66,6 +108,7 @@ static void on_tasks(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messa
 static void on_accept(h2o_socket_t *listener, const char *err)
 {
     echod_loop_t *loop = listener->data;
+    echod_loop_woken(loop, ECHOD_LOOP_WAKE_IO);
     if (err != NULL)
         return;
     for (int i = 0; i < 64; i++) {
@@ -197,7 +240,7 @@ void echod_loop_reads_queued(echod_loop_t *loop)
  */
 static void loop_iterate(echod_loop_t *loop)
 {
-    h2o_evloop_run(loop->evloop, INT32_MAX);
+    run_waiting(loop);
     while (loop->reads_more) {
         loop->reads_more = 0;
         echod_loop_reads_queued(loop);
@@ -222,6 +265,7 @@ static int loop_finished(echod_loop_t *loop)
 static int loop_setup(echod_loop_t *loop)
 {
     const echod_config_t *cfg = loop->server->cfg;
+    echod_model_init(&loop->model, &cfg->work.model);
     loop->evloop = h2o_evloop_create();
     loop->queue = h2o_multithread_create_queue(loop->evloop);
     h2o_multithread_register_receiver(loop->queue, &loop->tasks, on_tasks);

@@ -12,7 +12,9 @@
 #include <h2o/timeout.h>
 #include "admin/stage.h"
 #include "util/pool.h"
+#include "transport/events.h"
 #include "transport/server.h"
+#include "work/model.h"
 
 struct echod_conn;
 
@@ -52,6 +54,13 @@ typedef struct echod_loop {
     h2o_timeout_entry_t reads_entry;
     int reads_more; /* the last wait was full: the batch waits for the next one */
     int in_task_batch;
+    /* Wake-ups (echod_loop_woken): this thread's voluntary context switches as the iteration's
+     * poll began, whether a callback has asked yet in this iteration, and whether the running
+     * task batch woke the loop (its first task found the loop parked). */
+    uint64_t poll_switches;
+    int iteration_asked;
+    int batch_woke;
+    echod_model_t model; /* the server's work.model: what a wake-up by I/O burns */
     int draining, cut;
     uint64_t drain_deadline_ms;
     h2o_multithread_message_t shutdown_msg;
@@ -80,6 +89,25 @@ extern _Thread_local echod_loop_t *echod_loop__current;
 static inline echod_loop_t *echod_loop_current(void)
 {
     return echod_loop__current;
+}
+
+/*
+ * Loop thread, as a callback that may have woken the loop begins: a connection's read or an
+ * accept (ECHOD_LOOP_WAKE_IO), the batch of loop tasks (ECHOD_LOOP_WAKE_TASK). Returns 1 when it
+ * is the first such callback of the loop's iteration and the thread slept in the iteration's
+ * poll (its voluntary context switches moved: getrusage, once, lazily): a wake-up, counted in
+ * echod_loop_wakeups_total{cause}, and by I/O charged work.model.wakeup_cpu_us on the loop. 0
+ * otherwise: the loop was running, or the callback is not the iteration's first.
+ */
+int echod_loop_woken(echod_loop_t *loop, echod_loop_wake_t cause);
+
+/* Loop thread, as a loop task runs: 1 for the first task of a batch that woke the loop (it
+ * found the loop parked), 0 for every other (it was queued while the loop ran). */
+static inline int echod_loop_task_woke(echod_loop_t *loop)
+{
+    int woke = loop->batch_woke;
+    loop->batch_woke = 0;
+    return woke;
 }
 
 /* Any thread: stop accepting, GOAWAY every connection, drain up to shutdown.drain_timeout. */

@@ -668,8 +668,9 @@ static void task_run(echod_loop_msg_t *m)
 {
     stream_task_t *t = (stream_task_t *)m;
     echod_stream_t *s = t->stream;
-    if (t->kind != TASK_WAKE) /* a handler's hop back: the model charges the loop that receives it */
-        echod_call_charge(&s->call, ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_LOOP);
+    int parked = echod_loop_task_woke(s->loop); /* taken by a health wake too: it woke the loop */
+    if (t->kind != TASK_WAKE)                   /* a handler's hop back, received by the loop */
+        echod_call_handoff(&s->call, ECHOD_HANDOFF_TO_LOOP, parked);
     switch (t->kind) {
     case TASK_REQUEST:
         apply_request(s, t->n);

@@ -8,12 +8,16 @@ const char *const echod_charge_names[] = {
     [ECHOD_CHARGE_STEP] = "step",
     [ECHOD_CHARGE_HANDOFF] = "handoff",
     [ECHOD_CHARGE_MESSAGE] = "message",
+    [ECHOD_CHARGE_HANDOFF_WAKE] = "handoff_wake",
+    [ECHOD_CHARGE_WAKEUP] = "wakeup",
+    [ECHOD_CHARGE_BACKGROUND] = "background",
 };
 _Static_assert(NELEMS(echod_charge_names) == ECHOD_CHARGE__COUNT, "a name per charge kind");
 
 const char *const echod_charge_thread_names[] = {
     [ECHOD_CHARGE_ON_LOOP] = "loop",
     [ECHOD_CHARGE_ON_WORKER] = "worker",
+    [ECHOD_CHARGE_ON_BACKGROUND] = "background",
 };
 _Static_assert(NELEMS(echod_charge_thread_names) == ECHOD_CHARGE_THREAD__COUNT, "a name per kind of thread");
 

@@ -8,17 +8,21 @@
 #define ECHOD_CHARGES_H
 
 typedef enum {
-    ECHOD_CHARGE_CALL = 0, /* the transport's share of a call: request headers, then trailers */
-    ECHOD_CHARGE_STEP,     /* one step that ran */
-    ECHOD_CHARGE_HANDOFF,  /* one cross-thread hand-off, on the thread that received it */
-    ECHOD_CHARGE_MESSAGE,  /* one message in or out */
+    ECHOD_CHARGE_CALL = 0,     /* the transport's share of a call: request headers, then trailers */
+    ECHOD_CHARGE_STEP,         /* one step that ran */
+    ECHOD_CHARGE_HANDOFF,      /* one cross-thread hand-off, on the thread that received it */
+    ECHOD_CHARGE_MESSAGE,      /* one message in or out */
+    ECHOD_CHARGE_HANDOFF_WAKE, /* on top of HANDOFF: the hand-off found its receiver parked and woke it */
+    ECHOD_CHARGE_WAKEUP,       /* an I/O loop woken from its poll by I/O (the server's model: no call's) */
+    ECHOD_CHARGE_BACKGROUND,   /* one slice of the steady background burn (work/background.h) */
     ECHOD_CHARGE__COUNT
 } echod_charge_kind_t;
 extern const char *const echod_charge_names[];
 
 typedef enum {
-    ECHOD_CHARGE_ON_LOOP = 0, /* an I/O loop thread */
-    ECHOD_CHARGE_ON_WORKER,   /* an executor worker (a carrier, for virtual threads) */
+    ECHOD_CHARGE_ON_LOOP = 0,   /* an I/O loop thread */
+    ECHOD_CHARGE_ON_WORKER,     /* an executor worker (a carrier, for virtual threads) */
+    ECHOD_CHARGE_ON_BACKGROUND, /* the background thread (echod-bg) */
     ECHOD_CHARGE_THREAD__COUNT
 } echod_charge_thread_t;
 extern const char *const echod_charge_thread_names[];

@@ -37,6 +37,7 @@ static const struct {
     [ECHOD_WORK_MODEL_CALL] = {"echod-model-call-cpu-us", K_US, AT(model.call_cpu_us), CAP_CPU},
     [ECHOD_WORK_MODEL_STEP] = {"echod-model-step-cpu-us", K_US, AT(model.step_cpu_us), CAP_CPU},
     [ECHOD_WORK_MODEL_HANDOFF] = {"echod-model-handoff-cpu-us", K_US, AT(model.handoff_cpu_us), CAP_CPU},
+    [ECHOD_WORK_MODEL_HANDOFF_WAKE] = {"echod-model-handoff-wake-cpu-us", K_US, AT(model.handoff_wake_cpu_us), CAP_CPU},
     [ECHOD_WORK_MODEL_MESSAGE] = {"echod-model-message-cpu-us", K_US, AT(model.message_cpu_us), CAP_CPU},
 };
 

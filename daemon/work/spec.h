@@ -13,8 +13,9 @@
  *   echod-sleep-dist, echod-sleep-stall-fraction, echod-sleep-stall-us
  *                              how cpu_us and sleep_us are drawn (work/draw.h)
  *   echod-seed: N              this call's draws come from N (and work.seed) alone
- *   echod-model: true|false, echod-model-{call,step,handoff,message}-cpu-us: N
- *                              the cost model for this call
+ *   echod-model: true|false, echod-model-{call,step,handoff,handoff-wake,message}-cpu-us: N
+ *                              the cost model for this call (a loop's wake-ups and the
+ *                              background are the server's: work.model alone)
  *
  * The spec is a layer below dispatch and services: the transport parses headers into an
  * echod_work_over_t, dispatch resolves the spec at admission and charges the model, services run
@@ -48,6 +49,7 @@ enum {
     ECHOD_WORK_MODEL_CALL,
     ECHOD_WORK_MODEL_STEP,
     ECHOD_WORK_MODEL_HANDOFF,
+    ECHOD_WORK_MODEL_HANDOFF_WAKE,
     ECHOD_WORK_MODEL_MESSAGE,
     ECHOD_WORK__COUNT
 };

@@ -163,7 +163,8 @@ class DaemonError(AssertionError, EchodError):
 
 class Daemon(Echod):
     """One echod process on free loopback ports (echodlib.daemon.Echod, with the test suite's
-    time scale, ECHOD_WRAPPER, TLS and clean-exit checks).
+    time scale, ECHOD_WRAPPER, TLS and clean-exit checks). A prefix (taskset) goes before
+    ECHOD_WRAPPER and must exec what follows.
 
         with Daemon(sets=["transport.flush=immediate"]) as d:
             stub = EchoStub(d.channel())
@@ -174,8 +175,8 @@ class Daemon(Echod):
 
     error_class = DaemonError
 
-    def __init__(self, config=None, sets=(), args=(), tls=None, env=None, start_timeout=None):
-        super().__init__(config=config, sets=sets, args=args, prefix=WRAPPER, env=env,
+    def __init__(self, config=None, sets=(), args=(), tls=None, env=None, start_timeout=None, prefix=()):
+        super().__init__(config=config, sets=sets, args=args, prefix=list(prefix) + WRAPPER, env=env,
                          start_timeout=start_timeout or 20.0 * SLOW, binary=ECHOD_BIN, cwd=ROOT)
         self.tls = tls  # (cert_path, key_path) or None
         self._reported = False

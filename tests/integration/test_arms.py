@@ -8,6 +8,9 @@ For each arm file: start echod with it, then
      (direct) or on a worker (pools); flush triggers match the policy;
   2. `h2load` unary calls over 4 connections: same step arithmetic, zero failures;
   3. bidi: 3 connections x 3 streams x 1000 messages each at once, every echo in order.
+In each, echod_handoffs_total adds up: a worker received every dispatch that crossed threads (none
+through `direct`), the loop every loop task, and each wake-up by a task batch is a loop hand-off
+found parked (tests/integration/test_work_model.py, HandOffs, takes them across loads).
 
 Run on its own: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_arms.py
 (one arm: ... test_arms.py Arms.test_arm_fixed)
@@ -62,7 +65,33 @@ def uses_pass_through(cfg, cpus):
             and ex["mode"] == "fixed" and threads == 1)
 
 
+def handoff_counts(m1, m0):
+    """Hand-offs between two scrapes, by receiver and finding, beside what they should add up to:
+    the dispatches to an executor that is not `direct` (its label's mode: "cached",
+    "fixed:BidirectionalStreamingEcho"), the loop tasks, and the wake-ups by a task batch."""
+    c = {(r, f): metric_delta(m1, m0, "echod_handoffs_total", receiver=r, found=f)
+         for r in ("worker", "loop") for f in ("parked", "running")}
+    c["crossing"] = sum(v - m0.metric("echod_executor_dispatches_total", **l)
+                        for l, v in m1.series("echod_executor_dispatches_total")
+                        if l["executor"].split(":")[0] != "direct")
+    c["tasks"] = metric_delta(m1, m0, "echod_loop_tasks_total")
+    c["task_wakeups"] = metric_delta(m1, m0, "echod_loop_wakeups_total", cause="task")
+    return c
+
+
 class Arms(unittest.TestCase):
+    def check_handoffs(self, arm, m1, m0, calls, what):
+        """A worker receives every dispatch that crossed threads, the loop every loop task (none on
+        a direct arm); a task batch that woke the loop is its first task's hand-off, found parked."""
+        c = handoff_counts(m1, m0)
+        self.assertEqual(c["worker", "parked"] + c["worker", "running"], c["crossing"], "%s, %s: %r" % (arm, what, c))
+        self.assertEqual(c["loop", "parked"] + c["loop", "running"], c["tasks"], "%s, %s: %r" % (arm, what, c))
+        self.assertEqual(c["task_wakeups"], c["loop", "parked"], "%s, %s: %r" % (arm, what, c))
+        print("  %s: hand-offs per call (%s), parked/running: worker %.2f/%.2f, loop %.2f/%.2f" % (
+            arm, what, c["worker", "parked"] / calls, c["worker", "running"] / calls, c["loop", "parked"] / calls,
+            c["loop", "running"] / calls))
+        return c
+
     def test_every_expected_arm_exists(self):
         have = {os.path.basename(p)[:-5] for p in glob.glob(os.path.join(ARMS_DIR, "*.yaml"))}
         missing = set(EXPECTED_ARMS) - have
@@ -182,6 +211,9 @@ class Arms(unittest.TestCase):
                   "%.2f loop tasks, flushes %s" % (
                       arm, total / N, dispatches / N, loop_tasks / N,
                       ", ".join("%s=%.2f" % (t, v / N) for t, v in fl.items() if v)))
+            c = self.check_handoffs(arm, m1, m0, N, "grpcio, sequential")
+            if inline or mode == "direct":
+                self.assertEqual(sum(c[r, f] for r in ("worker", "loop") for f in ("parked", "running")), 0, c)
 
             # 2. `h2load` over 4 connections.
             if shutil.which("h2load"):
@@ -202,6 +234,7 @@ class Arms(unittest.TestCase):
                                       metric_delta(m2, m1, "echod_loop_tasks_total") / N_H2LOAD,
                                       ", ".join("%s=%.3f" % (t, v / N_H2LOAD)
                                                 for t, v in fl2.items() if v)))
+                self.check_handoffs(arm, m2, m1, N_H2LOAD, "`h2load -c 4 -m 8`")
                 if inline:
                     self.assertEqual(d2, 0)
                 elif wrapper == "pass-through":
@@ -246,6 +279,7 @@ class Arms(unittest.TestCase):
             self.assertEqual(metric_delta(m3, m2, "grpc_server_msg_received_total", **blbl), nb * BIDI_MSGS)
             self.assertEqual(metric_delta(m3, m2, "grpc_server_msg_sent_total", **blbl), nb * BIDI_MSGS)
             self.assertEqual(metric_delta(m3, m2, "echod_call_steps_total", step="closed"), nb)
+            self.check_handoffs(arm, m3, m2, nb * BIDI_MSGS, "bidi, per message")
             if cfg["dispatch"].get("per_method"):
                 used = {l.get("executor") for l, v in m3.series("echod_executor_dispatches_total") if v > 0}
                 self.assertGreaterEqual(len(used), 2, "%s: per-method executor never dispatched: %r"

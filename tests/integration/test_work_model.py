@@ -1,9 +1,10 @@
 """work.model and the distributions of synthetic work, end to end (docs/work-model.md).
 
 Everything here is read from the daemon itself: its counters (echod_work_model_charges_total
-and _cpu_seconds_total beside echod_call_steps_total, echod_executor_dispatches_total and
-echod_loop_tasks_total), its CPU clocks (the process's, and the I/O loop thread's own from
-/proc/PID/task/TID/schedstat) and the echod_work_drawn_seconds histograms. Never wall time.
+and _cpu_seconds_total beside echod_call_steps_total, echod_executor_dispatches_total,
+echod_loop_tasks_total, echod_handoffs_total and echod_loop_wakeups_total), its CPU clocks (the
+process's, and the I/O loop thread's own from /proc/PID/task/TID/schedstat) and the
+echod_work_drawn_seconds histograms. Never wall time.
 
 The model's CPU is what a call costs with the model minus what the same call costs without it
 (and with a flat `echod-cpu-us` of what the model charged it, which keeps the pace): on one daemon,
@@ -14,9 +15,14 @@ where they are scaled up).
 
   Model.test_direct            CPU per call = call + 6 x step + 2 x message, within 10%
   Model.test_merged_*          merge and coalesce save one step each (5, 5 and 4 charged)
-  Model.test_pool_*            extra over direct = (dispatches + loop tasks) x handoff, within 20%;
-                               loop tasks charged on the loop, dispatches on the workers
+  Model.test_pool_*            extra over direct = (dispatches + loop tasks) x handoff + the parked
+                               ones x handoff_wake, 20% under to 40% over; loop tasks charged on
+                               the loop, dispatches on the workers
   Model.test_bidi_*            a bidi message = its steps x step + 2 x message (+ its hand-offs)
+  HandOffs.*                   every gRPC arm at low load and at saturation: hand-offs by receiver
+                               and what they found, the loop's wake-ups, their charges exactly;
+                               the parked share falls with the load
+  Background.*                 background_millicores: 1 ms slices on echod-bg, exactly counted
   Preset.*                     config/models/grpc-java-study.yaml leaves every arm's dispatch keys
                                alone and gives direct the study's published plateaus
   Distributions.*              sampled mean and tail against the parameters; a seed reproduces
@@ -41,6 +47,7 @@ import yaml  # noqa: E402
 from echod_harness import (ECHOD_BIN, ROOT, SANITIZER, SLOW, Daemon, EchoStub, echod_check_config,  # noqa: E402
                            main, metric_delta)
 from test_h2load import (h2load)  # noqa: E402
+import echodlib.h2load as h2load_cmd  # noqa: E402  (echod_harness put tools/ on sys.path)
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from echodlib import procstat  # noqa: E402
@@ -53,11 +60,11 @@ ARMS = os.path.join(ROOT, "config", "arms")
 # differs by up to ~100 µs between the two on this shared machine, several times that under a
 # sanitizer. Units large against that keep it a small part of what is measured.
 SCALE = 10 if SANITIZER else 2
-CALL, STEP, HANDOFF, MESSAGE = 300 * SCALE, 50 * SCALE, 80 * SCALE, 40 * SCALE
+CALL, STEP, HANDOFF, MESSAGE, WAKE = 300 * SCALE, 50 * SCALE, 80 * SCALE, 40 * SCALE, 60 * SCALE
 
 def model(scale=1):
-    return ("work.model={enabled: true, call_cpu_us: %d, step_cpu_us: %d, handoff_cpu_us: %d, message_cpu_us: %d}"
-            % (CALL * scale, STEP * scale, HANDOFF * scale, MESSAGE * scale))
+    return ("work.model={enabled: true, call_cpu_us: %d, step_cpu_us: %d, handoff_cpu_us: %d, message_cpu_us: %d, "
+            "handoff_wake_cpu_us: %d}" % (CALL * scale, STEP * scale, HANDOFF * scale, MESSAGE * scale, WAKE * scale))
 
 
 MODEL = model()
@@ -70,7 +77,14 @@ ROUNDS, PER_ROUND = (2, 15) if SANITIZER else (4, 50)
 # arm of each kind of wrapper and executor is enough: the others' arithmetic is the release build's.
 SANITIZED_ARMS = {"direct", "cached", "virtual", "fixed-unwrapped", "merged-coalesced"}
 T = 60 * SLOW
-KINDS = ("call", "step", "handoff", "message")
+KINDS = ("call", "step", "handoff", "handoff_wake", "message")
+RECEIVERS = ("loop", "worker")
+
+
+def handoffs(m1, m0, receiver=None, found=None):
+    """echod_handoffs_total between two scrapes, of one receiver and finding, or summed."""
+    lbl = {k: v for k, v in (("receiver", receiver), ("found", found)) if v is not None}
+    return metric_delta(m1, m0, "echod_handoffs_total", **lbl)
 
 
 class Clocks:
@@ -120,8 +134,8 @@ class Model(unittest.TestCase):
             ch = d.channel()
             stub = EchoStub(ch)
             labels = d.metrics().series("echod_build_info")[0][0]
-            self.assertEqual(labels.get("work_model"), "call=%d,step=%d,handoff=%d,message=%d" % (
-                CALL, STEP, HANDOFF, MESSAGE))
+            self.assertEqual(labels.get("work_model"), "call=%d,step=%d,handoff=%d,message=%d,handoff_wake=%d,"
+                             "wakeup=0,background_millicores=0" % (CALL, STEP, HANDOFF, MESSAGE, WAKE))
             for i in range(10):  # warm-up: connection, threads, caches
                 stub.UnaryEcho("w", timeout=T)
             m0 = d.wait_idle()
@@ -134,6 +148,7 @@ class Model(unittest.TestCase):
             stub.UnaryEcho("w", timeout=T, metadata=off_md)
             on, off = Clocks(), Clocks()
             counted = {k: 0.0 for k in ("dispatches", "tasks", "steps")}
+            counted.update({(r, f): 0.0 for r in RECEIVERS for f in ("parked", "running")})
             per_kind = {(k, t): 0.0 for k in KINDS for t in ("loop", "worker")}
             cpu_kind = dict(per_kind)
             for r in range(ROUNDS):
@@ -146,6 +161,9 @@ class Model(unittest.TestCase):
                 counted["dispatches"] += metric_delta(m1, m0, "echod_executor_dispatches_total")
                 counted["tasks"] += metric_delta(m1, m0, "echod_loop_tasks_total")
                 counted["steps"] += metric_delta(m1, m0, "echod_call_steps_total")
+                for r in RECEIVERS:
+                    for f in ("parked", "running"):
+                        counted[r, f] += handoffs(m1, m0, r, f)
                 off.measure(d, lambda: [stub.UnaryEcho("off", timeout=T, metadata=off_md) for _ in range(PER_ROUND)])
                 m2 = d.wait_idle()
                 self.assertEqual(sum(charges(m2, m1, k) for k in KINDS), 0, "echod-model: false charged")
@@ -157,13 +175,14 @@ class Model(unittest.TestCase):
         out["model_us"] = (on.process - off.process) / n * 1e6 + flat
         out["loop_us"] = (on.loop - off.loop) / n * 1e6 + (flat if flat_on_loop else 0)
         # the counters add exactly the unit costs
-        unit = {"call": CALL, "step": STEP, "handoff": HANDOFF, "message": MESSAGE}
+        unit = {"call": CALL, "step": STEP, "handoff": HANDOFF, "handoff_wake": WAKE, "message": MESSAGE}
         for (k, t), c in per_kind.items():
             self.assertAlmostEqual(cpu_kind[k, t] * 1e6, c * unit[k], delta=1e-3 * n,
                                    msg="%s %s: charged seconds against charges x unit" % (k, t))
-        print("\n  %s: per call %.2f steps, %.2f dispatches, %.2f loop tasks; model CPU %.1f µs (loop %.1f); "
-              "charges %s" % (arm, out["steps"], out["dispatches"], out["tasks"], out["model_us"], out["loop_us"],
-                              {"%s/%s" % kt: round(v, 2) for kt, v in out["charges"].items() if v}))
+        print("\n  %s: per call %.2f steps, %.2f dispatches, %.2f loop tasks (parked: %.2f worker, %.2f loop); "
+              "model CPU %.1f µs (loop %.1f); charges %s" % (
+                  arm, out["steps"], out["dispatches"], out["tasks"], out["worker", "parked"], out["loop", "parked"],
+                  out["model_us"], out["loop_us"], {"%s/%s" % kt: round(v, 2) for kt, v in out["charges"].items() if v}))
         return out
 
     def assert_near(self, got, want, tolerance, what):
@@ -180,7 +199,8 @@ class Model(unittest.TestCase):
         c = r["charges"]
         self.assertEqual(r["steps"], steps)
         self.assertEqual((c["call", "loop"], c["step", "loop"], c["message", "loop"]), (1, steps, 2), c)
-        self.assertEqual(sum(v for (k, t), v in c.items() if t == "worker" or k == "handoff"), 0, c)
+        self.assertEqual(sum(v for (k, t), v in c.items() if t == "worker" or k.startswith("handoff")), 0, c)
+        self.assertEqual(sum(r[t, f] for t in RECEIVERS for f in ("parked", "running")), 0, "hand-offs on %s" % arm)
         want = CALL + steps * STEP + 2 * MESSAGE
         self.assert_near(r["model_us"], want, 0.10, "%s: the model's CPU per call" % arm)
         self.assert_near(r["loop_us"], want, 0.10, "%s: all of it on the loop thread" % arm)
@@ -205,10 +225,15 @@ class Model(unittest.TestCase):
         self.assertEqual(r["steps"], steps)
         self.assertEqual((c["call", "loop"], c["step", "worker"], c["message", "worker"]), (1, steps, 2), c)
         self.assertEqual((c["step", "loop"], c["message", "loop"]), (0, 0), c)
-        # every hand-off charged once, where it lands: loop tasks on the loop, dispatches on workers
+        # every hand-off charged once, where it lands: loop tasks on the loop, dispatches on workers;
+        # and the wake on top of those that found their receiver parked
         self.assertAlmostEqual(c["handoff", "loop"], r["tasks"], delta=1e-9, msg=c)
         self.assertAlmostEqual(c["handoff", "worker"], r["dispatches"], delta=1e-9, msg=c)
+        for t in RECEIVERS:
+            self.assertAlmostEqual(c["handoff", t], r[t, "parked"] + r[t, "running"], delta=1e-9, msg=(t, c))
+            self.assertAlmostEqual(c["handoff_wake", t], r[t, "parked"], delta=1e-9, msg=(t, c))
         handoffs = r["dispatches"] + r["tasks"]
+        parked = r["worker", "parked"] + r["loop", "parked"]
         direct = CALL + steps * STEP + 2 * MESSAGE
         # What the model burns is exact (the charges above, each its unit on the thread's CPU
         # clock). The process's CPU is that plus what the model's pace changes in echod's own work:
@@ -216,9 +241,10 @@ class Model(unittest.TestCase):
         # a call whose cost is one flat burn in its handler. On a quiet machine that came to 0-26%
         # over the hand-offs' cost (a loaded one: within 5%, as its threads wake less often), so the
         # real CPU is held to 20% under and 40% over: a hand-off charged twice would be 100% over.
-        self.assert_within(r["model_us"] - direct, handoffs * HANDOFF, 0.20, 0.40,
-                           "%s: the extra over direct's model CPU (%.2f hand-offs per call)" % (arm, handoffs))
-        self.assert_within(r["loop_us"], CALL + r["tasks"] * HANDOFF, 0.20, 0.40,
+        self.assert_within(r["model_us"] - direct, handoffs * HANDOFF + parked * WAKE, 0.20, 0.40,
+                           "%s: the extra over direct's model CPU (%.2f hand-offs per call, %.2f of them waking)"
+                           % (arm, handoffs, parked))
+        self.assert_within(r["loop_us"], CALL + r["tasks"] * HANDOFF + r["loop", "parked"] * WAKE, 0.20, 0.40,
                            "%s: the loop's share (the call and the loop tasks)" % arm)
         return r
 
@@ -242,7 +268,8 @@ class Model(unittest.TestCase):
         """A SerializingExecutor around direct dispatches on the loop itself: no thread crossed."""
         r = self.unary("direct-serialized")
         self.assertGreater(r["dispatches"], 0)
-        self.assertEqual(r["charges"]["handoff", "loop"] + r["charges"]["handoff", "worker"], 0)
+        self.assertEqual(sum(r["charges"][k, t] for k in ("handoff", "handoff_wake") for t in RECEIVERS), 0)
+        self.assertEqual(sum(r[t, f] for t in RECEIVERS for f in ("parked", "running")), 0)
 
     def bidi(self, arm):
         """Per message: the marginal steps, dispatches and loop tasks between streams of K1 and K2
@@ -252,7 +279,7 @@ class Model(unittest.TestCase):
         messages a read brings, whether each wakes a worker); the flat cost keeps the pace."""
         k1, k2 = (20, 120) if SANITIZER else (50, 550)
         names = ("echod_call_steps_total", "echod_executor_dispatches_total", "echod_loop_tasks_total",
-                 "echod_work_model_cpu_seconds_total")
+                 "echod_work_model_cpu_seconds_total", "parked")
         with Daemon(config=os.path.join(ARMS, arm + ".yaml"), sets=[model(BIDI_SCALE)]) as d:
             ch = d.channel()
             stub = EchoStub(ch)
@@ -270,7 +297,8 @@ class Model(unittest.TestCase):
                         cpu[k].measure(d, lambda: stream(k, md))
                         m1 = d.wait_idle()
                         for n in names:
-                            counts[k][n] += metric_delta(m1, m0, n) / 2
+                            got = handoffs(m1, m0, found="parked") if n == "parked" else metric_delta(m1, m0, n)
+                            counts[k][n] += got / 2
                 per = {n: (counts[k2][n] - counts[k1][n]) / (k2 - k1) for n in names}
                 return per, (cpu[k2].process - cpu[k1].process) / 2 / (k2 - k1)
 
@@ -296,8 +324,199 @@ class Model(unittest.TestCase):
     def test_bidi_cached(self):
         per, msg_us = self.bidi("cached")
         handoffs = per["echod_executor_dispatches_total"] + per["echod_loop_tasks_total"]
-        want = (per["echod_call_steps_total"] * STEP + 2 * MESSAGE + handoffs * HANDOFF) * BIDI_SCALE
-        self.assert_near(msg_us, want, 0.20, "cached: a bidi message (%.2f hand-offs)" % handoffs)
+        want = (per["echod_call_steps_total"] * STEP + 2 * MESSAGE + handoffs * HANDOFF + per["parked"] * WAKE) * \
+            BIDI_SCALE
+        self.assert_near(msg_us, want, 0.20, "cached: a bidi message (%.2f hand-offs, %.2f waking)"
+                         % (handoffs, per["parked"]))
+
+
+def crossing(m1, m0):
+    """Dispatches to an executor other than `direct` (its label's mode: "cached", "fixed:Method"):
+    the ones a worker receives."""
+    return sum(v - m0.metric("echod_executor_dispatches_total", **l)
+               for l, v in m1.series("echod_executor_dispatches_total") if l["executor"].split(":")[0] != "direct")
+
+
+def share(counts, receiver):
+    """The parked share of a receiver's hand-offs, or of all (receiver None); None without any."""
+    of = RECEIVERS if receiver is None else (receiver,)
+    parked = sum(counts[r, "parked"] for r in of)
+    total = parked + sum(counts[r, "running"] for r in of)
+    return parked / total if total else None
+
+
+# The hand-off units of HandOffs: small, so the loads stay what they are without the model.
+H_UNIT, WAKE_UNIT, WAKEUP_UNIT = 3, 5, 7
+# Arms whose pool lets a busy worker take the next task from its queue. The others are a cached
+# pool, whose every hand-off goes to an idle thread: parked, or still in the one yield it makes
+# before it sleeps (as the JDK's SynchronousQueue), which depends on timing at any load.
+QUEUEING = {"fixed", "fixed-unwrapped", "workstealing", "virtual"}
+ALL_ARMS = ("direct", "direct-drain", "direct-serialized", "cached", "fixed", "fixed-unwrapped", "workstealing",
+            "virtual", "per-method", "merged", "coalesced", "merged-coalesced")
+
+
+class HandOffs(unittest.TestCase):
+    """echod_handoffs_total{receiver,found} and echod_loop_wakeups_total{cause} on every gRPC arm at
+    low load (sequential calls with a pause between them, echod on the machine's CPUs) and at
+    saturation (`h2load`, 64 connections x 4 streams, closed loop, echod pinned to one CPU and
+    h2load to another), with the model's hand-off, wake and wake-up units on. In both:
+
+      - a worker receives every dispatch that crossed threads and the loop every loop task; direct
+        arms receive none; each wake-up by a task batch is the hand-off that found the loop parked;
+      - the model charged handoff once per hand-off, handoff_wake once per parked one, and wakeup
+        once per I/O wake-up, on the receiving thread, each exactly its unit.
+
+    Across the two, on a pool arm the parked share of all its hand-offs falls, and of the loop's
+    (at low load the loop sleeps between a call's tasks; at saturation it never sleeps), and of the
+    workers' where a busy worker takes queued work (fixed, workstealing, virtual); a cached pool
+    hands every task to an idle thread at any load, found parked or in its yield as timing has it.
+    Direct's loop wakes by I/O at least once per call at low load, and far less per call at
+    saturation."""
+
+    LOW_CALLS = 20 if SANITIZER else 40
+    SAT_CALLS = 4000 if SANITIZER else 20000
+
+    def counts(self, m1, m0):
+        c = {(r, f): handoffs(m1, m0, r, f) for r in RECEIVERS for f in ("parked", "running")}
+        c["crossing"] = crossing(m1, m0)
+        c["tasks"] = metric_delta(m1, m0, "echod_loop_tasks_total")
+        for cause in ("io", "task"):
+            c["wake", cause] = metric_delta(m1, m0, "echod_loop_wakeups_total", cause=cause)
+        for k in ("handoff", "handoff_wake", "wakeup"):
+            for t in RECEIVERS:
+                c["charged", k, t] = charges(m1, m0, k, t)
+                c["charged_s", k, t] = charged_s(m1, m0, k, t)
+        return c
+
+    def check_counts(self, arm, c, what):
+        self.assertEqual(c["worker", "parked"] + c["worker", "running"], c["crossing"], "%s, %s: %r" % (arm, what, c))
+        self.assertEqual(c["loop", "parked"] + c["loop", "running"], c["tasks"], "%s, %s: %r" % (arm, what, c))
+        self.assertEqual(c["wake", "task"], c["loop", "parked"], "%s, %s: %r" % (arm, what, c))
+        unit = {"handoff": H_UNIT, "handoff_wake": WAKE_UNIT, "wakeup": WAKEUP_UNIT}
+        for t in RECEIVERS:
+            want = {"handoff": c[t, "parked"] + c[t, "running"], "handoff_wake": c[t, "parked"],
+                    "wakeup": c["wake", "io"] if t == "loop" else 0}
+            for k, n in want.items():
+                self.assertEqual(c["charged", k, t], n, "%s, %s: %s charged on the %s" % (arm, what, k, t))
+                self.assertAlmostEqual(c["charged_s", k, t], n * unit[k] * 1e-6, delta=1e-9,
+                                       msg="%s, %s: %s seconds on the %s" % (arm, what, k, t))
+
+    def run_arm(self, arm):
+        if SANITIZER and arm not in SANITIZED_ARMS:
+            self.skipTest("%s: release builds only (CI time); under a sanitizer: %s"
+                          % (arm, ", ".join(sorted(SANITIZED_ARMS))))
+        units = ["work.model={enabled: true, handoff_cpu_us: %d, handoff_wake_cpu_us: %d, wakeup_cpu_us: %d}"
+                 % (H_UNIT, WAKE_UNIT, WAKEUP_UNIT)]
+        path = os.path.join(ARMS, arm + ".yaml")
+        with Daemon(config=path, sets=units) as d:
+            ch = d.channel()
+            stub = EchoStub(ch)
+            for _ in range(5):
+                stub.UnaryEcho("w", timeout=T)
+            m0 = d.wait_idle()
+            for _ in range(self.LOW_CALLS):
+                stub.UnaryEcho("low", timeout=T)
+                time.sleep(0.02)
+            m1 = d.wait_idle()
+            ch.close()
+            low = self.counts(m1, m0)
+        cpus = sorted(os.sched_getaffinity(0))
+        server_cpu, client_cpu = (cpus[-1], cpus[0]) if len(cpus) > 1 else (None, None)
+        with Daemon(config=path, sets=units,
+                    prefix=["taskset", "-c", str(server_cpu)] if server_cpu is not None else ()) as d:
+            client = h2load_cmd.Client(d.grpc_port, None, client_cpu=client_cpu)
+            with h2load_cmd.body() as body:
+                client.body = body
+                warm = client.run(120 * SLOW, n=2000, clients=64, streams=4, strict=True)
+                self.assertIsNone(warm["error"], warm)
+                m0 = d.wait_idle()
+                res = client.run(300 * SLOW, n=self.SAT_CALLS, clients=64, streams=4, strict=True)
+                self.assertIsNone(res["error"], res)
+                self.assertEqual(res["succeeded"], self.SAT_CALLS)
+                m1 = d.wait_metrics(lambda m: metric_delta(m, m0, "echod_call_steps_total", step="closed")
+                                    >= self.SAT_CALLS and m.metric("echod_calls_in_flight") == 0, what="calls closed")
+                m1 = d.wait_idle()
+            sat = self.counts(m1, m0)
+        n_low, n_sat = self.LOW_CALLS, self.SAT_CALLS
+        for c, what in ((low, "low load"), (sat, "saturation")):
+            self.check_counts(arm, c, what)
+        print("\n  %s: per call, parked/running: worker %.2f/%.2f, loop %.2f/%.2f at low load; worker %.2f/%.2f, "
+              "loop %.2f/%.2f at saturation (%.0f calls/s); loop wake-ups by io %.2f, task %.2f -> %.3f, %.3f" % (
+                  arm, low["worker", "parked"] / n_low, low["worker", "running"] / n_low, low["loop", "parked"] / n_low,
+                  low["loop", "running"] / n_low, sat["worker", "parked"] / n_sat, sat["worker", "running"] / n_sat,
+                  sat["loop", "parked"] / n_sat, sat["loop", "running"] / n_sat, res["rps"] or 0,
+                  low["wake", "io"] / n_low, low["wake", "task"] / n_low, sat["wake", "io"] / n_sat,
+                  sat["wake", "task"] / n_sat))
+        direct_like = low["crossing"] == 0
+        if direct_like:
+            self.assertEqual(sum(c[r, f] for c in (low, sat) for r in RECEIVERS for f in ("parked", "running")), 0)
+            self.assertEqual(low["tasks"] + sat["tasks"], 0)
+            # a call's request finds the loop asleep after the pause: at least one wake-up per call
+            self.assertGreaterEqual(low["wake", "io"], n_low, "%s: I/O wake-ups at low load" % arm)
+            self.assertLess(low["wake", "io"], 2 * n_low, "%s: I/O wake-ups at low load" % arm)
+            self.assertLess(sat["wake", "io"] / n_sat, 0.5 * low["wake", "io"] / n_low,
+                            "%s: I/O wake-ups per call at saturation" % arm)
+            return
+        self.assertEqual((low["tasks"], sat["tasks"]), (3 * n_low, 3 * n_sat), arm)  # request, write, close
+        self.assertGreater(low["loop", "parked"], 0, "%s: no loop task found the loop asleep at low load" % arm)
+        self.assertLess(share(sat, None), share(low, None), "%s: the parked share of all hand-offs" % arm)
+        self.assertLess(share(sat, "loop"), share(low, "loop"), "%s: the loop's parked share" % arm)
+        if arm in QUEUEING:
+            self.assertLess(share(sat, "worker"), share(low, "worker"), "%s: the workers' parked share" % arm)
+
+    def test_every_arm_is_tested(self):
+        have = {os.path.basename(p)[:-5] for p in glob.glob(os.path.join(ARMS, "*.yaml"))}
+        self.assertEqual(have - set(ALL_ARMS), {"rest"}, "an arm this class does not run")
+
+
+for _arm in ALL_ARMS:
+    setattr(HandOffs, "test_" + _arm.replace("-", "_"), lambda self, arm=_arm: self.run_arm(arm))
+
+
+class Background(unittest.TestCase):
+    """work.model.background_millicores: a thread of its own (echod-bg) burns 1 ms slices, each one
+    charge of kind and thread `background` and exactly 1 ms in the CPU seconds, which its own CPU
+    clock agrees with (a wide band: the wait between slices costs a little); no thread without it."""
+
+    def test_slices(self):
+        # 4 millicores: a slice every 250 ms, so that three scrapes (slow under a sanitizer) often
+        # fall between two slices
+        with Daemon(sets=["work.model={enabled: true, background_millicores: 4}"]) as d:
+            labels = d.metrics().series("echod_build_info")[0][0]
+            self.assertTrue(labels["work_model"].endswith(",background_millicores=4"), labels)
+
+            def count(m):
+                return m.metric("echod_work_model_charges_total", kind="background", thread="background")
+
+            d.wait_metrics(lambda m: count(m) >= 8, timeout=30 * SLOW, what="8 background slices")
+            # a scrape with no slice between two others: every counter of it is the same slice's
+            for _ in range(100):
+                a, m, b = d.metrics(), d.metrics(), d.metrics()
+                if count(a) == count(b):
+                    break
+            self.assertEqual(count(a), count(b), "a slice between every two scrapes, 250 ms apart")
+            n = count(m)
+            self.assertEqual(m.metric("echod_work_model_charges_total", kind="background"), n)
+            self.assertAlmostEqual(m.metric("echod_work_model_cpu_seconds_total", kind="background"), n * 1e-3,
+                                   delta=1e-9)
+            c0 = count(d.metrics())
+            cpu = thread_cpu_s(d.pid, "echod-bg")
+            c1 = count(d.metrics())
+            self.assertTrue(0.9 * c0 * 1e-3 <= cpu <= 1.5 * (c1 + 1) * 1e-3,
+                            "echod-bg's CPU clock %.4f s for %d..%d slices" % (cpu, c0, c1))
+            print("\n  background 4 millicores: %d slices, echod-bg's CPU clock %.2f ms" % (c1, cpu * 1e3))
+
+    def test_no_thread_without_a_rate(self):
+        for sets in ([], ["work.model={enabled: true, call_cpu_us: 5}"],
+                     ["work.model={enabled: false, background_millicores: 50}"]):
+            with self.subTest(sets=sets), Daemon(sets=sets) as d:
+                d.metrics()
+                names = []
+                for tid in os.listdir("/proc/%d/task" % d.pid):
+                    with open("/proc/%d/task/%s/comm" % (d.pid, tid)) as f:
+                        names.append(f.read().strip())
+                self.assertNotIn("echod-bg", names)
+                self.assertEqual(d.metrics().metric("echod_work_model_charges_total", kind="background"), 0)
 
 
 class Preset(unittest.TestCase):

@@ -743,7 +743,8 @@ static void test_work_model(void)
                 "  defaults: {cpu_us: 400, cpu_dist: stall, cpu_stall_fraction: 0.02, cpu_stall_us: 50000,\n"
                 "             sleep_us: 100, sleep_dist: exponential}\n"
                 "  per_method: {/a.B/C: {cpu_dist: constant}}\n"
-                "  model: {enabled: true, call_cpu_us: 283, step_cpu_us: 14, handoff_cpu_us: 40, message_cpu_us: 24}\n",
+                "  model: {enabled: true, call_cpu_us: 283, step_cpu_us: 14, handoff_cpu_us: 40, message_cpu_us: 24,\n"
+                "          handoff_wake_cpu_us: 300, wakeup_cpu_us: 90, background_millicores: 57}\n",
                 &cfg));
     CHECK(cfg.work.seed == UINT64_MAX);
     CHECK(cfg.work.defaults.cpu_dist.kind == ECHOD_DIST_STALL && cfg.work.defaults.cpu_dist.stall_fraction == 0.02 &&
@@ -751,6 +752,8 @@ static void test_work_model(void)
     CHECK(cfg.work.defaults.sleep_dist.kind == ECHOD_DIST_EXPONENTIAL);
     CHECK(cfg.work.model.enabled && cfg.work.model.call_cpu_us == 283 && cfg.work.model.step_cpu_us == 14 &&
           cfg.work.model.handoff_cpu_us == 40 && cfg.work.model.message_cpu_us == 24);
+    CHECK(cfg.work.model.handoff_wake_cpu_us == 300 && cfg.work.model.wakeup_cpu_us == 90 &&
+          cfg.work.model.background_millicores == 57);
     CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
     /* an entry starts from the defaults: the stall's fraction and size stay, the kind is its own */
     const echod_work_t *c = echod_config_method_work(&cfg, "/a.B/C");
@@ -768,7 +771,12 @@ static void test_work_model(void)
                                                                  "number from 0.0 to 1.0"));
     CHECK(set_fails_with("work.seed=-1", "--set work.seed: expected an integer from 0 to 18446744073709551615"));
     CHECK(set_fails_with("work.model.bogus=1", "--set work.model.bogus: unknown key \"bogus\"; valid keys of model: "
-                                               "enabled, call_cpu_us, step_cpu_us, handoff_cpu_us, message_cpu_us"));
+                                               "enabled, call_cpu_us, step_cpu_us, handoff_cpu_us, "
+                                               "handoff_wake_cpu_us, message_cpu_us, wakeup_cpu_us, "
+                                               "background_millicores"));
+    /* one thread burns the background: at most a whole CPU */
+    CHECK(set_fails_with("work.model.background_millicores=1001",
+                         "--set work.model.background_millicores: expected an integer from 0 to 1000"));
     CHECK(load_fails_with("work:\n  model:\n    step_cpu_us: -3\n",
                           ":3:18: work.model.step_cpu_us: expected an integer from 0 to 3600000000, got \"-3\""));
 
@@ -781,6 +789,21 @@ static void test_work_model(void)
              cfg.source);
     CHECK(finish_fails_with(&cfg, want));
     echod_config_free(&cfg);
+    /* the new units are CPU a thread burns too: under the same cap */
+    static const char *const capped[] = {"handoff_wake_cpu_us", "wakeup_cpu_us"};
+    for (size_t i = 0; i < sizeof(capped) / sizeof(capped[0]); i++) {
+        echod_config_init(&cfg);
+        char kv[96];
+        CHECK(set(&cfg, "work.max_cpu=1ms"));
+        snprintf(kv, sizeof(kv), "work.model.%s=1001", capped[i]);
+        CHECK(set(&cfg, kv));
+        snprintf(want, sizeof(want),
+                 "--set: work.model.%s: 1001 us is more than work.max_cpu allows (1ms = 1000 us); raise work.max_cpu "
+                 "or lower the value",
+                 capped[i]);
+        CHECK(finish_fails_with(&cfg, want));
+        echod_config_free(&cfg);
+    }
     echod_config_init(&cfg);
     CHECK(set(&cfg, "work.max_sleep=2ms"));
     CHECK(set(&cfg, "work.defaults.sleep_stall_us=2001"));

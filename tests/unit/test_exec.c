@@ -178,15 +178,18 @@ static int is_worker_name(const char *s, const char *prefix)
     return 1;
 }
 
-/* How many threads of this process are named exactly `name`. */
-static unsigned count_comm(const char *name)
+/* How many threads of this process are named exactly `name`; *state (if not NULL) is the
+ * scheduler state of the last one (/proc's R, S, ...), 0 when there is none. */
+static unsigned comm_state(const char *name, char *state)
 {
     unsigned n = 0;
+    if (state != NULL)
+        *state = 0;
     DIR *d = opendir("/proc/self/task");
     if (d == NULL)
         return 0;
     for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        char path[300], comm[32] = "";
+        char path[300], comm[32] = "", stat[512] = "";
         if (e->d_name[0] == '.')
             continue;
         snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
@@ -196,10 +199,23 @@ static unsigned count_comm(const char *name)
         if (fgets(comm, sizeof(comm), fp) != NULL)
             comm[strcspn(comm, "\n")] = '\0';
         fclose(fp);
-        n += strcmp(comm, name) == 0;
+        if (strcmp(comm, name) != 0)
+            continue;
+        n++;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+        if (state != NULL && (fp = fopen(path, "r")) != NULL) {
+            const char *close = fgets(stat, sizeof(stat), fp) != NULL ? strrchr(stat, ')') : NULL;
+            *state = close != NULL && close[1] == ' ' ? close[2] : 0;
+            fclose(fp);
+        }
     }
     closedir(d);
     return n;
+}
+
+static unsigned count_comm(const char *name)
+{
+    return comm_state(name, NULL);
 }
 
 static void test_thread_names(void)
@@ -745,6 +761,140 @@ static echod_exec_vthreads_t vthreads(echod_exec_t *exec)
     return v;
 }
 
+/* ---- what a task's hand-off found: its thread parked (woken for it) or running ---- */
+
+typedef struct {
+    echod_task_t task;
+    atomic_int woke; /* echod_exec_task_woke() as the task began; -1 before it ran */
+    atomic_int done;
+    atomic_int *hold; /* NULL, or the task keeps its thread busy until *hold is set */
+} woke_task_t;
+
+static void woke_run(echod_task_t *t)
+{
+    woke_task_t *w = (woke_task_t *)t;
+    atomic_store(&w->woke, echod_exec_task_woke());
+    while (w->hold != NULL && !atomic_load(w->hold))
+        sched_yield();
+    atomic_store(&w->done, 1);
+}
+
+static void woke_init(woke_task_t *w, atomic_int *hold)
+{
+    memset(w, 0, sizeof(*w));
+    w->task.run = woke_run;
+    atomic_init(&w->woke, -1);
+    w->hold = hold;
+}
+
+static int wait_flag(atomic_int *flag, unsigned timeout_ms)
+{
+    for (unsigned i = 0; i < timeout_ms && !atomic_load(flag); i++)
+        sleep_ms(1);
+    return atomic_load(flag);
+}
+
+/* Until the one thread named `name` sleeps: with nothing queued, that is in its executor's wait. */
+static int wait_parked(const char *name)
+{
+    char state = 0;
+    for (int i = 0; i < 20000 && !(comm_state(name, &state) == 1 && state == 'S'); i++)
+        sleep_ms(1);
+    return state == 'S';
+}
+
+/* The task a virtual thread submits after a sleep, from its carrier; and that virtual thread. */
+static woke_task_t after_resume;
+static echod_exec_t *resume_exec;
+
+static void sleep_then_submit(echod_task_t *t)
+{
+    sleep_task_t *st = (sleep_task_t *)t;
+    echod_exec_sleep(&st->sleeper, st->sleep_ns);
+    /* resumed by the unparker: its carrier queue gets the next task, run when this one ends */
+    echod_exec_submit(resume_exec, &after_resume.task);
+    st->slept = 1;
+}
+
+/*
+ * One thread per pool: a task submitted to it idle finds it parked (its first, as a new thread,
+ * too); tasks queued behind a task that keeps it busy find it running, each of them (the wake-up
+ * is taken by the first task it runs, never carried on). `direct` and a thread that is no worker
+ * read 0. For `virtual`, a virtual thread resumed after a sleep takes its carrier's wake-up too.
+ */
+static void test_task_woke(void)
+{
+    static const echod_exec_mode_t modes[] = {ECHOD_EXEC_FIXED, ECHOD_EXEC_CACHED, ECHOD_EXEC_WORKSTEALING,
+                                              ECHOD_EXEC_VIRTUAL};
+    CHECK(echod_exec_task_woke() == 0);
+    for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+        /* cached with max_threads 1 queues what its one thread cannot take */
+        echod_exec_t *exec = make(modes[m], 1, modes[m] == ECHOD_EXEC_CACHED, 60000, "wk");
+        CHECK(exec != NULL);
+        if (exec == NULL)
+            continue;
+        enum { QUEUED = 3 };
+        woke_task_t first, idle, busy, queued[QUEUED], again;
+        atomic_int hold;
+        atomic_init(&hold, 0);
+        woke_init(&first, NULL);
+        echod_exec_submit(exec, &first.task); /* cached: starts its thread with it */
+        CHECK(wait_flag(&first.done, 20000) && atomic_load(&first.woke) == 1);
+
+        CHECK(wait_parked("wk-0"));
+        woke_init(&idle, NULL);
+        echod_exec_submit(exec, &idle.task);
+        CHECK(wait_flag(&idle.done, 20000) && atomic_load(&idle.woke) == 1);
+
+        CHECK(wait_parked("wk-0"));
+        woke_init(&busy, &hold);
+        echod_exec_submit(exec, &busy.task);
+        for (int i = 0; i < 20000 && atomic_load(&busy.woke) == -1; i++)
+            sleep_ms(1);
+        for (int i = 0; i < QUEUED; i++) {
+            woke_init(&queued[i], NULL);
+            echod_exec_submit(exec, &queued[i].task);
+        }
+        atomic_store(&hold, 1);
+        CHECK(wait_flag(&queued[QUEUED - 1].done, 20000));
+        CHECK(atomic_load(&busy.woke) == 1);
+        for (int i = 0; i < QUEUED; i++)
+            CHECK(atomic_load(&queued[i].woke) == 0);
+
+        CHECK(wait_parked("wk-0"));
+        woke_init(&again, NULL);
+        echod_exec_submit(exec, &again.task);
+        CHECK(wait_flag(&again.done, 20000) && atomic_load(&again.woke) == 1);
+        printf("task woke: %s: first %d, idle %d, busy %d, queued %d %d %d, idle again %d\n", mode_names[modes[m]],
+               atomic_load(&first.woke), atomic_load(&idle.woke), atomic_load(&busy.woke), atomic_load(&queued[0].woke),
+               atomic_load(&queued[1].woke), atomic_load(&queued[2].woke), atomic_load(&again.woke));
+
+        if (modes[m] == ECHOD_EXEC_VIRTUAL) {
+            /* the carrier parks while the virtual thread sleeps; the unparker's resubmission wakes it,
+             * and the resumed virtual thread's mount takes that wake-up: the task queued behind it finds
+             * the carrier running */
+            sleep_task_t *st = sleep_tasks(1, 20 * 1000000u);
+            st->task.run = sleep_then_submit;
+            woke_init(&after_resume, NULL);
+            resume_exec = exec;
+            echod_exec_submit(exec, &st->task);
+            CHECK(wait_flag(&after_resume.done, 20000) && atomic_load(&after_resume.woke) == 0);
+            CHECK(vthreads(exec).parks == 1);
+            echod_exec_destroy(exec);
+            free(st);
+            continue;
+        }
+        echod_exec_destroy(exec);
+    }
+    /* direct runs the task in submit, on a thread that is no worker */
+    echod_exec_t *direct = make(ECHOD_EXEC_DIRECT, 0, 0, 0, "wk-direct");
+    woke_task_t d;
+    woke_init(&d, NULL);
+    echod_exec_submit(direct, &d.task);
+    CHECK(atomic_load(&d.woke) == 0);
+    echod_exec_destroy(direct);
+}
+
 static void test_virtual_parks(void)
 {
     /* 64 sleeps of 10 ms on one carrier: every one parks, so all of them overlap */
@@ -972,6 +1122,7 @@ int main(void)
     }
     for (echod_exec_mode_t m = ECHOD_EXEC_DIRECT; m <= ECHOD_EXEC_VIRTUAL; m++)
         test_shutdown(m);
+    test_task_woke();
     test_virtual_parks();
     test_virtual_interrupt();
     test_virtual_destroy_wakes_sleepers();

@@ -144,6 +144,9 @@ static void test_label_names(void)
 {
     CHECK_NAMES(echod_step_names, ECHOD_STEP__COUNT);
     CHECK_NAMES(echod_loop_task_names, ECHOD_LOOP_TASK__COUNT);
+    CHECK_NAMES(echod_loop_wake_names, ECHOD_LOOP_WAKE__COUNT);
+    CHECK_NAMES(echod_handoff_receiver_names, ECHOD_HANDOFF_RECEIVER__COUNT);
+    CHECK_NAMES(echod_handoff_found_names, ECHOD_HANDOFF_FOUND__COUNT);
     CHECK_NAMES(echod_flush_trigger_names, ECHOD_FLUSH_TRIGGER__COUNT);
     CHECK_NAMES(echod_close_reason_names, ECHOD_CLOSE__COUNT);
     CHECK_NAMES(echod_closed_frame_names, ECHOD_CLOSED_FRAME__COUNT);

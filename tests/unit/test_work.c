@@ -2,7 +2,8 @@
  * The work layer (daemon/work/): the seeded draws and their distributions (mean and tail
  * quantile against the parameters, a seed reproducing its sequence on any thread), the echod-*
  * headers and their resolution against the config and the caps, the cost model's unit costs and
- * counters, and the CPU burn against the thread's own clock.
+ * counters (a hand-off's wake on top of it, the background thread's slices), and the CPU burn
+ * against the thread's own clock.
  */
 #include <math.h>
 #include <pthread.h>
@@ -12,6 +13,7 @@
 #include "check.h"
 #include "config/config.h"
 #include "metrics/exposition.h"
+#include "work/background.h"
 #include "work/burn.h"
 #include "work/draw.h"
 #include "work/model.h"
@@ -199,6 +201,8 @@ static void test_headers(void)
     CHECK(parse(&over, "echod-sleep-dist", "exponential", &error) == 1);
     CHECK(parse(&over, "echod-seed", "18446744073709551615", &error) == 1);
     CHECK(parse(&over, "echod-model-message-cpu-us", "7", &error) == 1);
+    CHECK(parse(&over, "echod-model-handoff-wake-cpu-us", "9", &error) == 1);
+    CHECK(parse(&over, "echod-model-wakeup-cpu-us", "9", &error) == 0); /* the server's alone */
     CHECK(parse(&over, "x-echod-model", "true", &error) == 0);
     CHECK(error == NULL);
     CHECK(over.seed == UINT64_MAX);
@@ -210,7 +214,8 @@ static void test_headers(void)
           spec.work.cpu_dist.stall_us == 4000);
     CHECK(spec.work.sleep_dist.kind == ECHOD_DIST_EXPONENTIAL);
     CHECK(spec.model.on && spec.model.us[ECHOD_CHARGE_STEP] == 20 && spec.model.us[ECHOD_CHARGE_HANDOFF] == 30 &&
-          spec.model.us[ECHOD_CHARGE_MESSAGE] == 7 && spec.model.us[ECHOD_CHARGE_CALL] == 0);
+          spec.model.us[ECHOD_CHARGE_MESSAGE] == 7 && spec.model.us[ECHOD_CHARGE_CALL] == 0 &&
+          spec.model.us[ECHOD_CHARGE_HANDOFF_WAKE] == 9);
     /* the seed from metadata replaces the call's number as the key */
     echod_work_spec_t other;
     echod_work_resolve(&cfg, "/p.S/M", &over, 6, 1, &other, &error);
@@ -228,6 +233,14 @@ static void test_headers(void)
     echod_work_resolve(&cfg, "/p.S/M", &over, 5, 1, &spec, &error);
     CHECK(error != NULL && strcmp(error, "echod-model-handoff-cpu-us: 6000 is above the cap work.max_cpu (5 ms)") == 0);
     CHECK(spec.model.us[ECHOD_CHARGE_HANDOFF] == 30); /* priced as the server prices calls */
+    CHECK(spec.model.us[ECHOD_CHARGE_HANDOFF_WAKE] == 0);
+    free(error);
+    error = NULL;
+    memset(&over, 0, sizeof(over));
+    CHECK(parse(&over, "echod-model-handoff-wake-cpu-us", "5001", &error) == 1);
+    echod_work_resolve(&cfg, "/p.S/M", &over, 5, 1, &spec, &error);
+    CHECK(error != NULL &&
+          strcmp(error, "echod-model-handoff-wake-cpu-us: 5001 is above the cap work.max_cpu (5 ms)") == 0);
     free(error);
     error = NULL;
     memset(&over, 0, sizeof(over));
@@ -246,6 +259,7 @@ static void test_headers(void)
         {"echod-seed", "+1"},
         {"echod-model", "yes"},
         {"echod-model-step-cpu-us", "4294967296"},
+        {"echod-model-handoff-wake-cpu-us", "-1"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         memset(&over, 0, sizeof(over));
@@ -267,10 +281,27 @@ static void test_headers(void)
     echod_config_free(&cfg);
 }
 
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t charged(echod_charge_kind_t kind, echod_charge_thread_t thread)
+{
+    return echod_metrics_value(&echod_metrics.work_model_charges[kind][thread]);
+}
+
+static uint64_t charged_ns(echod_charge_kind_t kind, echod_charge_thread_t thread)
+{
+    return echod_metrics_value(&echod_metrics.work_model_cpu_ns[kind][thread]);
+}
+
 /* Each charge burns its unit on this thread and is counted by kind and thread. */
 static void test_model_charges(void)
 {
-    echod_work_model_t cfg = {true, 300, 20, 0, 10};
+    echod_work_model_t cfg = {.enabled = true, .call_cpu_us = 300, .step_cpu_us = 20, .message_cpu_us = 10};
     echod_model_t m;
     echod_model_init(&m, &cfg);
     CHECK(m.on);
@@ -289,18 +320,79 @@ static void test_model_charges(void)
     CHECK(echod_metrics_value(&echod_metrics.work_model_charges[ECHOD_CHARGE_CALL][ECHOD_CHARGE_ON_LOOP]) == 1);
     CHECK(echod_metrics_value(&echod_metrics.work_model_cpu_ns[ECHOD_CHARGE_CALL][ECHOD_CHARGE_ON_LOOP]) == 300000);
 
-    echod_work_model_t off = {false, 300, 20, 0, 10}, zero = {true, 0, 0, 0, 0};
+    echod_work_model_t off = {.call_cpu_us = 300, .step_cpu_us = 20, .message_cpu_us = 10, .wakeup_cpu_us = 5},
+                       zero = {.enabled = true};
     echod_model_init(&m, &off);
-    CHECK(!m.on);
+    CHECK(!m.on && m.us[ECHOD_CHARGE_CALL] == 0 && m.us[ECHOD_CHARGE_WAKEUP] == 0); /* not enabled: nothing */
     echod_model_init(&m, &zero);
     CHECK(!m.on);
+    /* a wake-up or the background is the server's: they alone leave every call's charges off */
+    echod_work_model_t server = {.enabled = true, .wakeup_cpu_us = 5, .background_millicores = 50};
+    echod_model_init(&m, &server);
+    CHECK(!m.on && m.us[ECHOD_CHARGE_WAKEUP] == 5);
 }
 
-static uint64_t thread_cpu_ns(void)
+/* A hand-off burns handoff, and handoff_wake on top when it found its receiver parked: one
+ * charge of each, on the receiving thread. */
+static void test_model_handoffs(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    echod_work_model_t cfg = {.enabled = true, .handoff_cpu_us = 30, .handoff_wake_cpu_us = 12};
+    echod_model_t m;
+    echod_model_init(&m, &cfg);
+    CHECK(m.on && m.us[ECHOD_CHARGE_HANDOFF] == 30 && m.us[ECHOD_CHARGE_HANDOFF_WAKE] == 12);
+    uint64_t h = charged(ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_WORKER),
+             hns = charged_ns(ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_WORKER);
+    uint64_t w = charged(ECHOD_CHARGE_HANDOFF_WAKE, ECHOD_CHARGE_ON_WORKER),
+             wns = charged_ns(ECHOD_CHARGE_HANDOFF_WAKE, ECHOD_CHARGE_ON_WORKER);
+    uint64_t t0 = thread_cpu_ns();
+    echod_model_charge_handoff(&m, ECHOD_CHARGE_ON_WORKER, 1);
+    echod_model_charge_handoff(&m, ECHOD_CHARGE_ON_WORKER, 0);
+    echod_model_charge_handoff(&m, ECHOD_CHARGE_ON_WORKER, 1);
+    uint64_t burnt = thread_cpu_ns() - t0;
+    CHECK(charged(ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_WORKER) - h == 3);
+    CHECK(charged_ns(ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_WORKER) - hns == 90000);
+    CHECK(charged(ECHOD_CHARGE_HANDOFF_WAKE, ECHOD_CHARGE_ON_WORKER) - w == 2);
+    CHECK(charged_ns(ECHOD_CHARGE_HANDOFF_WAKE, ECHOD_CHARGE_ON_WORKER) - wns == 24000);
+    CHECK(burnt >= 114000 * 9 / 10); /* the wake's part burnt too, not only counted */
+    CHECK(charged(ECHOD_CHARGE_HANDOFF_WAKE, ECHOD_CHARGE_ON_LOOP) == 0);
+
+    /* a wake-only model: a hand-off that found its receiver running costs nothing at all */
+    echod_work_model_t wake_only = {.enabled = true, .handoff_wake_cpu_us = 12};
+    echod_model_init(&m, &wake_only);
+    CHECK(m.on);
+    h = charged(ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_LOOP);
+    echod_model_charge_handoff(&m, ECHOD_CHARGE_ON_LOOP, 0);
+    echod_model_charge_handoff(&m, ECHOD_CHARGE_ON_LOOP, 1);
+    CHECK(charged(ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_LOOP) == h);
+    CHECK(charged(ECHOD_CHARGE_HANDOFF_WAKE, ECHOD_CHARGE_ON_LOOP) == 1);
+}
+
+/* The background thread: started only when it has a rate, its slices 1 ms each, stopped and joined. */
+static void test_background(void)
+{
+    char err[256] = "";
+    echod_background_t *bg = NULL;
+    echod_work_model_t none = {.enabled = true}, off = {.background_millicores = 500};
+    CHECK(echod_background_start(&none, &bg, err, sizeof(err)) == 0 && bg == NULL);
+    CHECK(echod_background_start(&off, &bg, err, sizeof(err)) == 0 && bg == NULL);
+    echod_background_stop(NULL);
+
+    echod_work_model_t cfg = {.enabled = true, .background_millicores = 500};
+    uint64_t c0 = charged(ECHOD_CHARGE_BACKGROUND, ECHOD_CHARGE_ON_BACKGROUND);
+    uint64_t ns0 = charged_ns(ECHOD_CHARGE_BACKGROUND, ECHOD_CHARGE_ON_BACKGROUND);
+    CHECK(echod_background_start(&cfg, &bg, err, sizeof(err)) == 0 && bg != NULL);
+    /* polled, not timed: 5 slices come within 10 ms of its CPU on an idle machine */
+    for (int i = 0; i < 30000 && charged(ECHOD_CHARGE_BACKGROUND, ECHOD_CHARGE_ON_BACKGROUND) - c0 < 5; i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    echod_background_stop(bg);
+    uint64_t n = charged(ECHOD_CHARGE_BACKGROUND, ECHOD_CHARGE_ON_BACKGROUND) - c0;
+    CHECK(n >= 5);
+    CHECK(charged_ns(ECHOD_CHARGE_BACKGROUND, ECHOD_CHARGE_ON_BACKGROUND) - ns0 == n * 1000000);
+    CHECK(charged(ECHOD_CHARGE_BACKGROUND, ECHOD_CHARGE_ON_LOOP) +
+              charged(ECHOD_CHARGE_BACKGROUND, ECHOD_CHARGE_ON_WORKER) ==
+          0);
 }
 
 /* The burn against the thread's CPU clock: never much short, and over by little (a clock read). The
@@ -336,6 +428,8 @@ int main(void)
     test_reproducible();
     test_headers();
     test_model_charges();
+    test_model_handoffs();
+    test_background();
     test_burn();
     echod_config_free(&cfg);
     return check_done();
