@@ -352,7 +352,7 @@ static void test_render(echod_exec_t *pool)
              "echod_build_info{version=\"9.8.7\",fiber_switch=\"%s\",arm=\"a\\\"rm\\\\x\\ny\",executor=\"fixed\","
              "serialize=\"always\",unwrap_sequential=\"false\",merge_lookup_and_start=\"true\",coalesce_end_"
              "stream=\"false\","
-             "flush=\"read_complete\",sched_policy=\"other\",work_model=\"off\","
+             "flush=\"read_complete\",read_batch=\"netty\",sched_policy=\"other\",work_model=\"off\","
              "config_sha256=\"0123456789abcdef0123456789abcdef"
              "0123456789abcdef0123456789abcdef\"} 1",
              echod_exec_fiber_switch());
