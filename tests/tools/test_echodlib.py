@@ -739,10 +739,19 @@ class Costs(unittest.TestCase):
     def test_model(self):
         c = Cost(self.preset("work:\n  model:\n    enabled: true\n    call_cpu_us: 100\n"
                              "    step_cpu_us: 2\n    handoff_cpu_us: 10\n"
-                             "    message_cpu_us: 20\n"))
+                             "    handoff_wake_cpu_us: 30\n    message_cpu_us: 20\n"
+                             "    wakeup_cpu_us: 40\n    background_millicores: 50\n"))
         self.assertEqual(c.name, "model:preset")
-        self.assertEqual(c.scaled(0.5), {"call": 50, "step": 1, "handoff": 5, "message": 10})
-        self.assertEqual(c.sets(0.5)[:2], ["work.defaults.cpu_us=0", "work.model.enabled=true"])
+        self.assertEqual(c.scaled(0.5), {"call": 50, "step": 1, "handoff": 5, "handoff_wake": 15,
+                                         "message": 10, "wakeup": 20})
+        # the background is a share of the CPU: the same at any scale
+        self.assertEqual(c.sets(0.5), ["work.defaults.cpu_us=0", "work.model.enabled=true",
+                                       "work.model.call_cpu_us=50", "work.model.step_cpu_us=1",
+                                       "work.model.handoff_cpu_us=5",
+                                       "work.model.handoff_wake_cpu_us=15",
+                                       "work.model.message_cpu_us=10",
+                                       "work.model.wakeup_cpu_us=20",
+                                       "work.model.background_millicores=50"])
         self.assertEqual((c.per_call(0.5), c.per_message(0.5), c.slope()), (76, 21, 152))
         self.assertAlmostEqual(c.stream_capacity(0.5, 400), 400 * 76 / 21.0)
         self.assertEqual(c.describe(0.5), "x0.500")

@@ -18,19 +18,23 @@ class Cost:
            unit cost times x. The preset's units are the study's grpc-java at its own scale
            (direct: 2,140 calls/s); scaling them all by one factor keeps every ratio between
            arms and moves direct's capacity to --capacity, which one k6 core can offer past the
-           top step. The units are whole µs, so a small one (step, 1 µs) is rounded."""
+           top step. The units are whole µs, so a small one (step, 1 µs) is rounded. The
+           background (background_millicores) is a share of the CPU, not a time: it is the
+           same share at any scale, so x leaves it as it is."""
 
-    UNITS = ("call", "step", "handoff", "message")
+    UNITS = ("call", "step", "handoff", "handoff_wake", "message", "wakeup")
 
     def __init__(self, model_file=None):
         self.file = model_file
         self.name = "flat"
         self.units = None
+        self.background = 0
         if model_file:
             with open(model_file) as fh:
                 doc = yaml.safe_load(fh) or {}
             m = (doc.get("work") or {}).get("model") or {}
             self.units = {u: int(m.get(u + "_cpu_us", 0)) for u in self.UNITS}
+            self.background = int(m.get("background_millicores", 0))
             if not m.get("enabled") or not any(self.units.values()):
                 raise ValueError("%s: no enabled work.model with unit costs" % model_file)
             self.name = "model:" + os.path.splitext(os.path.basename(model_file))[0]
@@ -43,7 +47,8 @@ class Cost:
         if not self.units:
             return ["work.defaults.cpu_us=%d" % x]
         return ["work.defaults.cpu_us=0", "work.model.enabled=true"] + [
-            "work.model.%s_cpu_us=%d" % (u, v) for u, v in self.scaled(x).items()]
+            "work.model.%s_cpu_us=%d" % (u, v) for u, v in self.scaled(x).items()] + [
+            "work.model.background_millicores=%d" % self.background]
 
     def per_call(self, x):
         """Synthetic µs a direct unary call burns: cpu_us, or call + 6 steps + 2 messages (the
@@ -83,10 +88,12 @@ class Cost:
         if not self.units:
             return "flat", "flat: work.defaults.cpu_us = %d µs per call and per bidi message" % x
         u = self.scaled(x)
-        return self.name, ("model: %s x %.3f: call %d, step %d, handoff %d, message %d µs "
-                           "(direct: %d µs a unary call, %d µs a bidi message)" % (
+        return self.name, ("model: %s x %.3f: call %d, step %d, handoff %d (+%d waking), message "
+                           "%d, wake-up %d µs, background %dm (direct: %d µs a unary call, %d µs "
+                           "a bidi message)" % (
                                self.relpath(), x, u["call"], u["step"], u["handoff"],
-                               u["message"], self.per_call(x), self.per_message(x)))
+                               u["handoff_wake"], u["message"], u["wakeup"], self.background,
+                               self.per_call(x), self.per_message(x)))
 
     def relpath(self):
         """The preset's path from the repository root (study.json's cost.model), or None."""

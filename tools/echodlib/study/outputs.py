@@ -216,6 +216,7 @@ def document(run, found, elapsed, variant, variant_text, problems):
             "plan": run.plan.as_dict(), "open_model_sent": OPEN_MODEL_SENT,
             "cost": {"variant": variant, "text": variant_text, "cpu_us": x,
                      "model": cost.relpath(), "units": cost.units and cost.scaled(x),
+                     "background_millicores": cost.background,
                      "stream_capacity": cost.stream_capacity(x, run.cap)},
             "findings": found, "verdict_rule": F.rule_text(), "elapsed_s": elapsed,
             "prometheus": run.prometheus.directory if run.prometheus else None,
