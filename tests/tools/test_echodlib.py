@@ -39,8 +39,8 @@ from echodlib import findings as F, fmt, jvm, k6prom, k6result, peers, procstat,
 from echodlib.bench import peer_load  # noqa: E402
 from echodlib.report import ArmResult, InputError, Runner, Step  # noqa: E402
 from echodlib.sampler import Sampler  # noqa: E402
-from echodlib.study import drivers, figures, merge, plan as P, regimes, runner, tables, \
-    witness  # noqa: E402
+from echodlib.study import drivers, figures, merge, plan as P, regimes, runner, server, \
+    tables, witness  # noqa: E402
 from echodlib.study.cost import Cost, calibrate  # noqa: E402
 from echodlib.study.server import Window  # noqa: E402
 
@@ -945,6 +945,28 @@ class StudyDrivers(unittest.TestCase):
         self.assertEqual([x["t_s"] for x in s["slices"]], [5, 6])
         self.assertEqual((s["t_start"], s["t_end"], s["cfs"]), (1005.0, 1100.0, None))
         self.assertTrue(s["driver"].endswith("50 VUs)"))
+        self.assertIsNone(s["dispatch"])  # no dispatch counter sampled
+
+    def test_dispatch_figures(self):
+        """Per call answered over the step, and the mean read batch; a table row per step."""
+        keys = [k for k, _, _ in server.DISPATCH_COUNTERS]
+        smp = Sampler({})
+        smp.samples = [dict({"t": 10.0}, **{k: 0 for k in keys}),
+                       dict({"t": 12.0}, flush_loop_tail=50, flush_read_complete=200,
+                            flush_loop_task=0, read_batches=40, read_batch_conns=200,
+                            wakeups_io=30, wakeups_task=0, handoffs_parked=0,
+                            handoffs_running=0)]
+        d = drivers.dispatch_figures(smp, 10.0, 12.0, 200)
+        self.assertEqual((d["flush_loop_tail"], d["flush_read_complete"], d["wakeups_io"],
+                          d["read_batch_mean"]), (0.25, 1.0, 0.15, 5.0))
+        self.assertIsNone(drivers.dispatch_figures(smp, 10.0, 12.0, 0))
+        rows = tables.dispatch_table({"direct-drain": {"ramp": [{"fraction": 0.8,
+                                                                 "dispatch": d}]}},
+                                     ["direct-drain"])
+        self.assertEqual(rows[2], "| direct-drain | 0.8 | 0.25, 1.00, 0.00 | 5.0 | 0.15, 0.00 | "
+                                  "0.00, 0.00 |")
+        self.assertEqual(tables.dispatch_table({"direct": {"ramp": [{"fraction": 0.8}]}},
+                                               ["direct"]), [])
 
     def test_stream_step(self):
         doc = {"summary": {"metrics": {"echo_sent{stage:s02}": {"values": {"count": 900}},

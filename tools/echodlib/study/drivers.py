@@ -281,6 +281,20 @@ class Drivers:
         return res
 
 
+def dispatch_figures(smp, a, b, calls):
+    """The server's dispatch counters over [a, b] per call answered (server.DISPATCH_COUNTERS),
+    and its mean read batch (connections per batch), or None (no /metrics, or no call)."""
+    if not calls:
+        return None
+    d = {key: smp.delta(a, b, key)[0] for key, _, _ in server.DISPATCH_COUNTERS}
+    if any(v is None for v in d.values()):
+        return None
+    batches, conns = d.pop("read_batches"), d.pop("read_batch_conns")
+    out = {key: v / calls for key, v in d.items()}
+    out["read_batch_mean"] = conns / batches if batches else None
+    return out
+
+
 def ramp_step(doc, st, frac, t0, smp, vus, t_end):
     """One step of the unary ramp's k6 summary `doc` (schedule entry st, `frac` x capacity, the
     ramp begun at t0), with the server's and k6's figures from the sampler over its time."""
@@ -312,6 +326,7 @@ def ramp_step(doc, st, frac, t0, smp, vus, t_end):
     # a server without /metrics (the grpc-java peer): the answers k6 got within the step
     calls = dok if dok is not None else answered
     per = dcpu / calls * 1e6 if dcpu and calls else None
+    dispatch = dispatch_figures(smp, a, b, dok)
     return {
         "driver": "k6 (ramping-arrival-rate, unary-ramp.js, %d VUs)" % vus,
         "stage": st["name"], "fraction": frac, "offered": st["offered"],
@@ -336,6 +351,7 @@ def ramp_step(doc, st, frac, t0, smp, vus, t_end):
         "k6_rss_mb": max(rss) / 1024.0 if rss else None,
         "server_cpu_s": dcpu, "wall_s": dt, "cpu_us_per_call": per,
         "cpu_millicores": dcpu / dt * 1000.0 if dcpu and dt else None, "cfs": cfs,
+        "dispatch": dispatch,
         # a time range for --prometheus: from the step's start to the run's end, where k6's
         # cumulative series of the step hold its totals (its late answers included); the
         # range also holds the later steps' series, told apart by their stage label

@@ -171,6 +171,14 @@ def markdown(run, found, elapsed, variant_text, problems, witness_md=()):
     md += ["", "![p99 vs offered, echod and the study](study-ramp-p99.png) "
            "![goodput vs offered, echod and the study](study-ramp-goodput.png)", ""]
     md += regime_section(run)
+    dispatch = tables.dispatch_table(res, arms)
+    if dispatch:
+        md += ["### What the dispatch did per call", "",
+               "echod's own counters over each step, per call answered (`echod_flushes_total`, "
+               "`echod_loop_read_batch_connections`, `echod_loop_wakeups_total`, "
+               "`echod_handoffs_total`): when the answers were written, how many connections "
+               "one read batch served, how often the loop slept and what woke it, and how many "
+               "hand-offs found their receiver parked.", ""] + dispatch + [""]
     md += ["deploy/report's plots: ![p99 vs offered](ramp/p99-vs-offered.png) "
            "![goodput vs offered](ramp/goodput-vs-offered.png)", ""]
     throttle = tables.throttle_table(res, arms, plan)

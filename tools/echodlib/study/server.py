@@ -174,9 +174,24 @@ CFS_COUNTERS = (("cfs_periods", "echod_cgroup_cpu_periods_total"),
                 ("cfs_throttled_s", "echod_cgroup_cpu_throttled_seconds_total"))
 
 
+# What the dispatch did in a step, from echod's own counters (sample key, family, labels): its
+# flushes by trigger, its read batches (the histogram's count and sum: batches and connections
+# served), its loop's wake-ups by cause and its hand-offs by what they found.
+DISPATCH_COUNTERS = (
+    ("flush_loop_tail", "echod_flushes_total", {"trigger": "loop_tail"}),
+    ("flush_read_complete", "echod_flushes_total", {"trigger": "read_complete"}),
+    ("flush_loop_task", "echod_flushes_total", {"trigger": "loop_task"}),
+    ("read_batches", "echod_loop_read_batch_connections_count", {}),
+    ("read_batch_conns", "echod_loop_read_batch_connections_sum", {}),
+    ("wakeups_io", "echod_loop_wakeups_total", {"cause": "io"}),
+    ("wakeups_task", "echod_loop_wakeups_total", {"cause": "task"}),
+    ("handoffs_parked", "echod_handoffs_total", {"found": "parked"}),
+    ("handoffs_running", "echod_handoffs_total", {"found": "running"}))
+
+
 def probe(target):
     """A Sampler probe of the server: its CPU clock and, from one scrape, its OK unary calls,
-    calls in flight and cgroup CPU counters."""
+    calls in flight, cgroup CPU counters and dispatch counters (DISPATCH_COUNTERS)."""
     def sample():
         out = {"echod_cpu": procstat.cpu_clock(target.pid)}
         if not target.scrape:
@@ -188,5 +203,7 @@ def probe(target):
         for key, name in CFS_COUNTERS:
             if any(n == name for n, _, _ in m):
                 out[key] = prom.metric_sum(m, name)
+        for key, name, labels in DISPATCH_COUNTERS:
+            out[key] = prom.metric_sum(m, name, **labels)
         return out
     return sample

@@ -158,6 +158,28 @@ def slices_table(res, arms, plan):
     return out
 
 
+def dispatch_table(res, arms):
+    """Per arm and unary ramp step, what echod's dispatch did per call answered, from its own
+    counters: flushes by trigger, the mean read batch (connections a batch served), the loop's
+    wake-ups by cause, and hand-offs by what they found (parked: a waking one). Empty when no
+    step has them."""
+    rows = [(a, s) for a in arms for s in res[a]["ramp"] if s.get("dispatch")]
+    if not rows:
+        return []
+    out = ["| arm | offered (x) | flushes / call: loop tail, read complete, loop task | mean read "
+           "batch (connections) | loop wake-ups / call: I/O, task | hand-offs / call: parked, "
+           "running |", "|---|---:|---|---:|---|---|"]
+    for a, s in rows:
+        d = s["dispatch"]
+        out.append("| %s | %.2g | %s, %s, %s | %s | %s, %s | %s, %s |" % (
+            a, s["fraction"], fmt.num(d["flush_loop_tail"], 2),
+            fmt.num(d["flush_read_complete"], 2), fmt.num(d["flush_loop_task"], 2),
+            fmt.num(d["read_batch_mean"], 1), fmt.num(d["wakeups_io"], 2),
+            fmt.num(d["wakeups_task"], 2), fmt.num(d["handoffs_parked"], 2),
+            fmt.num(d["handoffs_running"], 2)))
+    return out
+
+
 def throttle_table(res, arms, plan):
     """Per unary step and arm, the share of CFS periods in which echod's cgroup was throttled
     and the time it spent throttled: what a quota does to an arm that a pinned core does not.
