@@ -226,7 +226,7 @@ def peer_main(args):
     runs = collections.defaultdict(list)
     arms = ["direct"] + [a for a in args.peer_arms.split(",") if a and a != "direct"]
     for rnd in range(args.rounds):
-        rate = None  # 10% of this round's direct capacity, for every arm
+        rate = args.low_rate or None  # else 10% of this round's direct capacity, for every arm
         for arm in arms:
             log("round %d: %s" % (rnd + 1, arm))
             rate = measure_peer_arm(args, arm, workdir, res, drivers, rate, runs)

@@ -111,10 +111,10 @@ class Run:
         try:
             target = peer_target(p)
             self.wrun[name] = {"warmup": witness.warm_up(self, target), "log": p.log_path}
-            # the peer charges a bidi message what it charges a call: its stream capacity is
-            # its unary one; its probe at least 3 s (after --quick's short warm-up its compiler
-            # threads may still hold the CPU for a second)
-            self.wres[name] = self.measure(target, name, self.cap, max(3, self.plan.probe_s))
+            # the witness is the fixed-rate grid and the unary ramp (issue 30): no stream ramp;
+            # its probe at least 3 s (after --quick's short warm-up its compiler threads may
+            # still hold the CPU for a second)
+            self.wres[name] = self.measure(target, name, None, max(3, self.plan.probe_s))
         finally:
             err = p.stop()
             if err:
@@ -122,8 +122,8 @@ class Run:
         return self.wres[name]
 
     def measure(self, target, arm, stream_capacity, probe_s=None):
-        """The three experiments against a started server: {"fixed", "ramp", "streams",
-        "capacity_probe", "ramp_run"}."""
+        """The three experiments against a started server (the stream ramp only with a
+        `stream_capacity`): {"fixed", "ramp", "streams", "capacity_probe", "ramp_run"}."""
         cap = self.cap
         r = {"fixed": [], "ramp": [], "streams": []}
         # a closed-loop probe (and warm-up): what the arm's ramp VUs are sized for, within
@@ -142,7 +142,8 @@ class Run:
             for cap_s in self.regime.extra_caps(arm, cap):
                 r.setdefault("extra_ramps", []).append(
                     self.extra_ramp(target, arm, cap, mu, cap_s))
-            r["streams"] = self.stream_ramps(target, arm, stream_capacity)
+            if stream_capacity:
+                r["streams"] = self.stream_ramps(target, arm, stream_capacity)
         return r
 
     def fixed_grid(self, target, arm, cap):

@@ -8,9 +8,10 @@ the quota's cgroup), with flat work per call and per bidi message at the run's s
 (`-Dpeer.cpu_us=N`: N is the run's calibrated work.defaults.cpu_us, or under --model the
 synthetic µs the model charges a direct call; a run of witness arms alone calibrates N on the
 peer's direct arm itself). After a warm-up that lets its JIT finish (jvm.warm_up: the compiler
-threads below WARMUP_THRESHOLD of its CPU), each arm goes through the same fixed-rate grid,
-unary ramp and stream ramps as echod's arms (the same k6 scripts and h2load runs). The peer has
-no /metrics: its calls are the drivers' counts, its CPU its process clock.
+threads below WARMUP_THRESHOLD of its CPU), each arm goes through the same fixed-rate grid and
+unary ramp as echod's arms (the same k6 scripts and h2load runs; not the stream ramps, which
+issue 30's witness does not ask for and which would add ~8 minutes an arm: F5 is not measured).
+The peer has no /metrics: its calls are the drivers' counts, its CPU its process clock.
 
 Pairs (PAIRS): grpc-java direct beside echod direct, default beside cached (both a cached
 pool), fixed:1 beside fixed (one thread on one CPU). Findings: the five computed from the
