@@ -52,10 +52,18 @@ export const PAYLOAD = env('PAYLOAD', 'hello');
 export const CALL_TIMEOUT = env('CALL_TIMEOUT', '10s');
 export const TREND_STATS = ['avg', 'min', 'med', 'max', 'p(90)', 'p(95)', 'p(99)', 'p(99.9)', 'count'];
 
-// Synthetic work for every call (the echod-* metadata knobs, README: Synthetic work), e.g. WORK_CPU_US=50.
+// Synthetic work for every call (the echod-* metadata knobs, README: Synthetic work), e.g. WORK_CPU_US=50;
+// WORK_SLEEP_DIST=stall WORK_SLEEP_STALL_FRACTION=0.02 WORK_SLEEP_STALL_US=300000 stalls 2% of the calls.
 export function workMetadata(stageName) {
   const md = { 'echod-stage': stageName };
-  const map = { WORK_CPU_US: 'echod-cpu-us', WORK_SLEEP_US: 'echod-sleep-us', WORK_RESPONSE_BYTES: 'echod-response-bytes' };
+  const map = {
+    WORK_CPU_US: 'echod-cpu-us',
+    WORK_SLEEP_US: 'echod-sleep-us',
+    WORK_SLEEP_DIST: 'echod-sleep-dist',
+    WORK_SLEEP_STALL_FRACTION: 'echod-sleep-stall-fraction',
+    WORK_SLEEP_STALL_US: 'echod-sleep-stall-us',
+    WORK_RESPONSE_BYTES: 'echod-response-bytes',
+  };
   for (const [k, h] of Object.entries(map)) {
     const v = env(k, '');
     if (v !== '') md[h] = String(v);

@@ -8,7 +8,8 @@
 // Env: TARGET (host:port, default localhost:50051), ARM (tag), RATE (calls/s, 200), DURATION
 // (5m), VUS / MAX_VUS (pre-allocated / most VUs, 20 / 400), REFLECT (1: server reflection, 0:
 // load PROTO_DIR/echo.proto, PROTO_DIR default ../../proto), CALL_TIMEOUT (10s), PAYLOAD,
-// WORK_CPU_US / WORK_SLEEP_US / WORK_RESPONSE_BYTES (echod synthetic work), CONN_SHARING,
+// WORK_CPU_US / WORK_SLEEP_US / WORK_SLEEP_DIST / WORK_SLEEP_STALL_FRACTION / WORK_SLEEP_STALL_US /
+// WORK_RESPONSE_BYTES (echod synthetic work, common.js workMetadata), CONN_SHARING,
 // SUMMARY_FILE (summary-ARM-unary-fixed-rate.json, "-" none), SUMMARY_STDOUT (1: JSON on stdout).
 //
 // Needs k6 v0.53.0 or later (object spread; k6/timers from v0.50). An older k6 rejects the

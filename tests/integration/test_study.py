@@ -89,6 +89,16 @@ class QuickStudy(StudyRun):
             self.p.returncode, self.p.stdout[-6000:], self.p.stderr[-6000:]))
         self.assertEqual(self.data["problems"], [])
 
+    def test_grid_stalls(self):
+        """The grid's calls carry the fitted stalls (echodlib/study/stalls.py) at the run's
+        scale: 2% of them sleep the study's 65 ms in as many direct calls of service time."""
+        self.assertIsNotNone(self.data, self.p.stderr[-4000:])
+        st = self.data["grid_stalls"]
+        self.assertEqual((st["fraction"], st["study_ms"]), (0.02, 65.0))
+        self.assertEqual(st["us"], round(65000 * self.data["cpu_us"] / 467.0))
+        with open(os.path.join(self.out, "study.md")) as f:
+            self.assertIn("- the fixed-rate grid's stalls: 2% of the grid's calls sleep", f.read())
+
     def test_every_table_has_every_arm(self):
         self.assertIsNotNone(self.data, self.p.stderr[-4000:])
         arms = self.data["arms"]

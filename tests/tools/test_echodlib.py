@@ -40,7 +40,7 @@ from echodlib.bench import peer_load  # noqa: E402
 from echodlib.report import ArmResult, InputError, Runner, Step  # noqa: E402
 from echodlib.sampler import Sampler  # noqa: E402
 from echodlib.study import drivers, figures, merge, plan as P, regimes, runner, server, \
-    tables, witness  # noqa: E402
+    stalls, tables, witness  # noqa: E402
 from echodlib.study.cost import Cost, calibrate  # noqa: E402
 from echodlib.study.server import Window  # noqa: E402
 
@@ -913,6 +913,23 @@ class StudyFigures(unittest.TestCase):
         self.assertIn("| **F4p** the drain's cut at the study's own caps", text)
         self.assertIn("\nflat, capped 1.99 s: F4p, at the published caps: direct-drain at "
                       "0.716 s against direct at 1.99 s, p99 at 1.2x - (published 0.36).", text)
+
+
+class GridStalls(unittest.TestCase):
+    """The grid's stalls: parsed, scaled to a run's direct call, sent as echod's metadata."""
+
+    def test_scaled(self):
+        st = stalls.GridStalls.parse(stalls.DEFAULT)
+        self.assertEqual((st.fraction, st.ms), (0.02, 65.0))
+        # the same 139 direct calls of service time at 2,500 µs a call as at the study's 467
+        self.assertEqual(st.us(2500), 347966)
+        self.assertEqual(st.headers(467), {"echod-sleep-dist": "stall",
+                                           "echod-sleep-stall-fraction": "0.02",
+                                           "echod-sleep-stall-us": "65000"})
+        self.assertEqual(st.k6_env(467)["WORK_SLEEP_STALL_US"], "65000")
+        self.assertIsNone(stalls.GridStalls.parse("none"))
+        for bad in ("x", "0.02", "1.5:65", "0.02:-1"):
+            self.assertRaises(ValueError, stalls.GridStalls.parse, bad)
 
 
 class StudyDrivers(unittest.TestCase):

@@ -86,6 +86,9 @@ class Drivers:
         self.go_env = go_env
         self.prometheus = prometheus
         self.workdir = workdir
+        # the fixed-rate grid's per-call work beyond the server's: (k6 WORK_* env, metadata for
+        # h2load), e.g. its stalls (stalls.GridStalls)
+        self.grid_work = ({}, {})
         self.body = os.path.join(workdir, "body")
         with open(self.body, "wb") as fh:
             fh.write(h2load.REQUEST_FRAME)
@@ -130,9 +133,9 @@ class Drivers:
     def fixed_k6(self, target, arm, rate, seconds):
         """One constant-arrival-rate step of deploy/k6/unary-fixed-rate.js."""
         summary = os.path.join(self.workdir, "k6-%s-%d.json" % (arm, rate))
-        cmd = self.k6_cmd(target, arm, summary, {
-            "RATE": str(int(rate)), "DURATION": "%ds" % seconds,
-            "VUS": str(max(20, int(rate * 0.05))), "MAX_VUS": "2000"})
+        cmd = self.k6_cmd(target, arm, summary, dict(
+            self.grid_work[0], RATE=str(int(rate)), DURATION="%ds" % seconds,
+            VUS=str(max(20, int(rate * 0.05))), MAX_VUS="2000"))
         win = Window(target)
         errors = run_k6(cmd, "unary-fixed-rate.js", seconds + 120)
         win.close()
@@ -162,9 +165,11 @@ class Drivers:
         """One step of h2load --rps: `conns` connections, each on its own timer of rate/conns."""
         conns = max(1, min(conns, int(rate // 5)))
         logf = os.path.join(self.workdir, "h2load-%s-%d.log" % (arm, rate))
+        headers = [a for k, v in sorted(self.grid_work[1].items())
+                   for a in ("-H", "%s: %s" % (k, v))]
         cmd = self.h2load_cmd(target, ["-c", str(conns), "-m", str(streams),
                                        "--rps", "%g" % (rate / conns), "-D", str(seconds),
-                                       "--log-file", logf])
+                                       "--log-file", logf] + headers)
         win = Window(target)
         res = h2load.run(cmd, seconds + 60)
         win.close()

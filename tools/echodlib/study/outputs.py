@@ -98,7 +98,9 @@ def header(run, elapsed, variant_text):
           "- drivers: %s; h2load --rps in the fixed-rate grid (a timer per connection: bursts)"
           % drivers,
           "- arms: %s; ramp %s x capacity; %.0f s in all" % (
-              ", ".join(arms), " / ".join("%.2g" % x for x in plan.ramp_fractions), elapsed)]
+              ", ".join(arms), " / ".join("%.2g" % x for x in plan.ramp_fractions), elapsed),
+          "- the fixed-rate grid's stalls: %s" % (
+              run.stalls.describe(run.cost.per_call(run.x)) if run.stalls else "none")]
     return md + ["- note: %s" % n for n in run.notes]
 
 
@@ -226,6 +228,7 @@ def document(run, found, elapsed, variant, variant_text, problems):
                      "model": cost.relpath(), "units": cost.units and cost.scaled(x),
                      "background_millicores": cost.background,
                      "stream_capacity": cost.stream_capacity(x, run.cap)},
+            "grid_stalls": run.stalls and run.stalls.doc(cost.per_call(x)),
             "findings": found, "verdict_rule": F.rule_text(), "elapsed_s": elapsed,
             "prometheus": run.prometheus.directory if run.prometheus else None,
             "results": run.res, "problems": problems}

@@ -35,7 +35,7 @@ class Run:
         self.prometheus = prometheus
         self.workdir = workdir
         self.witness = list(getattr(args, "witness", None) or [])
-        self.x = self.cap = self.calib = None
+        self.x = self.cap = self.calib = self.stalls = None
         self.res = {}
         self.wres = {}
         self.wrun = {}
@@ -47,8 +47,10 @@ class Run:
                            self.cost.sets(x), os.path.join(self.workdir, "echod-%s.log" % name),
                            self.prometheus, name)
 
-    def start_peer(self, arm, cpu_us, name):
-        return start_peer(self.model, arm, self.args.peers_build, peers.java_opts(cpu_us),
+    def start_peer(self, arm, cpu_us, name, stalls_us=0):
+        f = self.stalls.fraction if stalls_us else 0.0
+        return start_peer(self.model, arm, self.args.peers_build,
+                          peers.java_opts(cpu_us, stall_fraction=f, stall_us=stalls_us),
                           os.path.join(self.workdir, "peer-%s.log" % name), self.args.peers_dir)
 
     def calibrate(self):
@@ -71,6 +73,11 @@ class Run:
                     srv.close_log()
         self.x, self.cap, self.calib = calibrate(self.cost, self.args.capacity,
                                                  self.plan.calib_rounds, measure, self.args.cpu_us)
+        self.stalls = getattr(self.args, "stalls", None)
+        if self.stalls:  # at the run's scale: the direct call's synthetic µs
+            call_us = self.cost.per_call(self.x)
+            self.drivers.grid_work = (self.stalls.k6_env(call_us), self.stalls.headers(call_us))
+            log("the grid's stalls: %s" % self.stalls.describe(call_us))
         return self.x, self.cap
 
     def run_arms(self):
@@ -104,26 +111,42 @@ class Run:
     def run_witness(self, arm):
         """One grpc-java arm of the peer through the same experiments as echod's, with flat
         work at the run's scale (witness.cpu_us) after its JIT's warm-up: its results in
-        self.wres[witness.label(arm)]."""
+        self.wres[witness.label(arm)]. The peer draws stalls server-wide (-Dpeer.stall_*), so
+        with the grid's stalls its grid runs on a peer of its own."""
         name = witness.label(arm)
-        log("== %s (grpc-java peer, -Dpeer.cpu_us=%d)" % (name, witness.cpu_us(self)))
-        p = self.start_peer(arm, witness.cpu_us(self), name)
+        n = witness.cpu_us(self)
+        log("== %s (grpc-java peer, -Dpeer.cpu_us=%d)" % (name, n))
+        # the witness is the fixed-rate grid and the unary ramp (issue 30): no stream ramp; its
+        # probe at least 3 s (after --quick's short warm-up its compiler threads may still hold
+        # the CPU for a second)
+        probe_s = max(3, self.plan.probe_s)
+        if self.stalls:
+            grid = self.with_peer(arm, n, name + "-stalls", lambda t: self.measure(
+                t, name, None, probe_s, ramp=False), self.stalls.us(n))
+            self.wres[name] = self.with_peer(arm, n, name, lambda t: self.measure(
+                t, name, None, probe_s, grid=False))
+            self.wres[name]["fixed"] = grid["fixed"]
+        else:
+            self.wres[name] = self.with_peer(arm, n, name, lambda t: self.measure(
+                t, name, None, probe_s))
+        return self.wres[name]
+
+    def with_peer(self, arm, cpu_us, name, measure, stalls_us=0):
+        """measure(target) on a peer of `arm` started for it, after its JIT's warm-up."""
+        p = self.start_peer(arm, cpu_us, name, stalls_us)
         try:
             target = peer_target(p)
             self.wrun[name] = {"warmup": witness.warm_up(self, target), "log": p.log_path}
-            # the witness is the fixed-rate grid and the unary ramp (issue 30): no stream ramp;
-            # its probe at least 3 s (after --quick's short warm-up its compiler threads may
-            # still hold the CPU for a second)
-            self.wres[name] = self.measure(target, name, None, max(3, self.plan.probe_s))
+            return measure(target)
         finally:
             err = p.stop()
             if err:
                 self.problems.append("%s: the peer %s:\n%s" % (name, err, p.log_tail()))
-        return self.wres[name]
 
-    def measure(self, target, arm, stream_capacity, probe_s=None):
-        """The three experiments against a started server (the stream ramp only with a
-        `stream_capacity`): {"fixed", "ramp", "streams", "capacity_probe", "ramp_run"}."""
+    def measure(self, target, arm, stream_capacity, probe_s=None, grid=True, ramp=True):
+        """The three experiments against a started server (the grid, the ramps, and the stream
+        ramp with a `stream_capacity`): {"fixed", "ramp", "streams", "capacity_probe",
+        "ramp_run"}."""
         cap = self.cap
         r = {"fixed": [], "ramp": [], "streams": []}
         # a closed-loop probe (and warm-up): what the arm's ramp VUs are sized for, within
@@ -134,7 +157,10 @@ class Run:
         mu = min(max(probe, 0.9 * cap), 1.1 * cap)
         log("  capacity probe: %.0f calls/s%s" % (probe, "" if mu == probe else
                                                    " (VUs sized for %.0f)" % mu))
-        r["fixed"] = self.fixed_grid(target, arm, cap)
+        if grid:
+            r["fixed"] = self.fixed_grid(target, arm, cap)
+        if not ramp:
+            return r
         r["ramp"] = self.unary_ramp(target, arm, cap, mu, r)
         if self.drivers.k6:
             # the capped regime's ramps at the study's other caps, on this server as the arm's
