@@ -520,7 +520,7 @@ class QuickWitnessStudy(StudyRun):
         with open(os.path.join(self.out, "study.md")) as f:
             md = f.read()
         for text in ("## Witness: grpc-java on this machine", "### Findings, echod and grpc-java",
-                     "| flat | verdict | witness:grpc-java | verdict |",
+                     "| %s | verdict | witness:grpc-java | verdict |" % self.data["label"],
                      "### Step by step, grpc-java / echod", "| java-direct | direct | fixed 10% (k6) |"):
             self.assertIn(text, md)
         for name in ("report.md", "report.json"):
