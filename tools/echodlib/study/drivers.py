@@ -260,11 +260,14 @@ class Drivers:
 
     def cpu_per_call(self, target, seconds):
         """A closed-loop probe with the server's CPU over it: (CPU seconds, OK calls, the
-        probe's calls/s), what cost.calibrate measures."""
+        probe's calls/s), what cost.calibrate measures. The CPU is less the cost model's loop
+        wake-ups: a plateau has none (its loop never sleeps), a probe some, as many as its
+        driver's pace leaves the loop idle, and at the study's scale each costs a call's worth."""
         win = Window(target)
         res = self.capacity(target, seconds, full=True)
         win.close()
-        return win.cpu_s, win.calls(res["succeeded"]), res["rps"]
+        cpu_s = None if win.cpu_s is None else win.cpu_s - win.wakeup_s
+        return cpu_s, win.calls(res["succeeded"]), res["rps"]
 
     def capacity(self, target, seconds, full=False):
         """Closed-loop unary calls/s of a server (h2load -c 4 -m 16 for `seconds`); with full,

@@ -20,7 +20,7 @@ class Plan:
     def __init__(self, quick, step_s=None, top=1.2, regime="open"):
         self.quick = quick
         self.top = top
-        self.calib_rounds = 1 if quick else 3
+        self.calib_rounds = 2 if quick else 3
         self.calib_s = 2 if quick else 5
         self.probe_s = 1 if quick else 3
         self.fixed_s = 2 if quick else 30

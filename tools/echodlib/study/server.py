@@ -130,6 +130,9 @@ class Window:
         self.messages = delta("grpc_server_msg_received_total",
                               grpc_method="BidirectionalStreamingEcho")
         self.cpu_s = None if self.cpu0 is None or cpu1 is None else cpu1 - self.cpu0
+        # the cost model's loop wake-ups (wakeup_cpu_us): a price of the loop's idleness, which
+        # a closed-loop probe has as much of as its driver's pace gives it
+        self.wakeup_s = delta("echod_work_model_cpu_seconds_total", kind="wakeup")
         self.wall_s = t1 - self.t0
         # echod's own cgroup cpu.stat, as a cluster user would scrape it: under the quota model
         # whether the step was throttled; the kernel counts a period when it ends, so the last
