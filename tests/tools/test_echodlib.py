@@ -595,11 +595,11 @@ class Plan(unittest.TestCase):
         self.assertEqual(q.ramp_rates(500), [200, 600])
         self.assertEqual(q.stream_rates(1000), [600, 1200])
         self.assertEqual(P.Plan(False).stream_rates(333), [100, 200, 300, 400])
-        # calibration (2 + 1 s) and per arm: 2 x 2 s fixed, 1 s probe, 2 x 2 s ramp, 2 x 1 s
-        # streams, and the ramp's set-up
-        self.assertEqual(q.estimate_s(2, ramp_setup_s=4.0), 3 + 2 * 15)
+        # calibration (up to two rounds of 2 + 1 s) and per arm: 2 x 2 s fixed, 1 s probe, 2 x 2 s
+        # ramp, 2 x 1 s streams, and the ramp's set-up
+        self.assertEqual(q.estimate_s(2, ramp_setup_s=4.0), 2 * 3 + 2 * 15)
         # an extra ramp: its steps and set-up
-        self.assertEqual(q.estimate_s(2, 4.0, extra_ramps=2), 3 + 2 * 15 + 2 * (4 + 4))
+        self.assertEqual(q.estimate_s(2, 4.0, extra_ramps=2), 2 * 3 + 2 * 15 + 2 * (4 + 4))
         self.assertEqual(sorted(q.as_dict()), ["fixed_s", "ramp_fractions", "ramp_s", "slice_s",
                                                "stream_fractions", "stream_s"])
 
