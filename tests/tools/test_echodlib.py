@@ -1054,6 +1054,17 @@ class StudyWitness(unittest.TestCase):
         rows = witness.comparison({}, wres, ["default"], P.Plan(True))
         self.assertEqual({r["echod"] for r in rows}, {None})
         self.assertIn("| java-default | - | ramp 1.2x |", witness.comparison_table(rows)[-1])
+        # the grid's own peer (with the grid's stalls) did not settle: its grid steps say so
+        wrun = {"java-direct": {"warmup": {"settled": True}},
+                "java-direct-stalls": {"warmup": {"settled": False}},
+                "java-default": {"warmup": {"settled": False}}}
+        self.assertEqual(witness.unsettled(wrun), {"java-direct", "java-default"})
+        self.assertEqual(witness.unsettled({"java-direct": {"warmup": {"settled": False}},
+                                            "java-direct-stalls": {"warmup": {"settled": True}}}),
+                         set())
+        rows = witness.comparison(res, wres, ["direct"], P.Plan(True), {"java-direct"})
+        self.assertEqual([r["step"] for r in rows][:2], ["fixed 10% (k6, JIT not settled)",
+                                                         "fixed 10% (h2load, JIT not settled)"])
         pt = witness.plateau_table(res, wres, ["direct", "default"], 1000.0)
         self.assertEqual(pt[2], "| java-direct | 1000 | 1200 | direct | 1000 | 1200 | 1.00 |")
         self.assertEqual(pt[3], "| java-default | 950 | - | cached | 950 | - | 1.00 |")

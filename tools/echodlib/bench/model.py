@@ -160,7 +160,7 @@ def saturation_and_streams(args, load, srv, admin, arm, res):
 def measure_echod_cached(args, workdir, res, drivers, rate):
     """echod's cached arm under the peer's loads: its dispatches and loop tasks per call at
     saturation, per bidi message, and at the low load's rate (k6)."""
-    pin = ["taskset", "-c", str(args.server_cpu)]
+    pin = args.cpu.server_prefix
     srv = daemon.Echod(config=os.path.join(paths.ROOT, "config", "arms", "cached.yaml"),
                        binary=args.echod, prefix=pin, sets=["log.level=warn"],
                        log_path=os.path.join(workdir, "echod.log")).start()
@@ -203,7 +203,7 @@ def measure_profile(args, workdir, res):
     opts = ("-XX:FlightRecorderOptions:stackdepth=512 -XX:StartFlightRecording=filename=%s,"
             "settings=profile,jdk.ExecutionSample#period=1ms,jdk.NativeMethodSample#period=1ms,"
             "delay=%ds,duration=%ds" % (jfr, args.java_warmup + 3, args.seconds))
-    pin = ["taskset", "-c", str(args.server_cpu)]
+    pin = args.cpu.server_prefix
     srv = peers.JavaPeer("direct", args.peers_build, prefix=pin, java_opts=opts,
                          log_path=os.path.join(workdir, "java-profile.log")).start()
     load = Load(args, srv.port, workdir)
@@ -353,7 +353,7 @@ def derive(step_share, handoff_ratio, unary_plateau=2140.0, stream_plateau=16000
 
 def arm_main(args):
     workdir = tempfile.mkdtemp(prefix="echod-model-")
-    pin = ["taskset", "-c", str(args.server_cpu)]
+    pin = args.cpu.server_prefix
     costs = {"flat": (None, ["work.defaults.cpu_us=%d" % args.flat_us]), "model": (args.preset, [])}
     res = collections.defaultdict(list)
     arms = args.arms.split(",")
@@ -466,5 +466,5 @@ def render(args, arms, s):
         cells += [fmt.num(g(arm, "model", "charged_" + k), 1, 0) for k in ("call", "step", "handoff", "message")]
         print("| `%s` | %s | %s, %s |" % (arm, " | ".join(cells), fmt.num(g(arm, "model", "sat_share"), 2, 0),
                                           fmt.num(g(arm, "model", "sat_rps"), 1, 0)))
-    print("\nserver on CPU %s (taskset), h2load on CPU %s; %s; load average at the end %s" % (
-        args.server_cpu, args.client_cpu, platform.machine(), ", ".join("%.2f" % x for x in os.getloadavg())))
+    print("\n%s; %s; load average at the end %s" % (
+        args.cpu.text, platform.machine(), ", ".join("%.2f" % x for x in os.getloadavg())))

@@ -42,14 +42,15 @@ def machine_note():
 
 
 class PeerArm:
-    """One grpc-java arm (direct, default, fixed:N) on args.server_cpu, JAVA_OPTS from
+    """One grpc-java arm (direct, default, fixed:N) under args.cpu (the server CPU, or the
+    quota's cgroup: study.server.CpuModel), JAVA_OPTS from
     peers.java_opts(**opts), warmed (jvm.warm_up on closed-loop calls) before it is measured."""
 
     def __init__(self, args, arm, workdir, drivers, name=None, **opts):
         self.args, self.arm, self.drivers = args, arm, drivers
         self.name = name or arm
         self.peer = peers.JavaPeer(arm, args.peers_build,
-                                   prefix=["taskset", "-c", str(args.server_cpu)],
+                                   prefix=args.cpu.server_prefix,
                                    java_opts=peers.java_opts(**opts),
                                    log_path=os.path.join(workdir, "java-%s.log" % self.name))
         self.target = None
@@ -73,7 +74,10 @@ class PeerArm:
         cpus0 = procstat.cpu_times()
         calls, extra = load()
         tw.close()
-        return window_figures(tw, calls, procstat.cpu_times(), cpus0, self.args.server_cpu,
+        # under a quota the server has no CPU of its own whose other load could be read
+        pinned = self.args.cpu.name == "pinned"
+        return window_figures(tw, calls, procstat.cpu_times(), cpus0,
+                              self.args.server_cpu if pinned else None,
                               extra)
 
     def idle(self, seconds):
@@ -98,9 +102,10 @@ class PeerArm:
 def window_figures(tw, calls, cpus1, cpus0, server_cpu, extra):
     """A ThreadWindow's figures: the JVM's CPU and its compiler threads' (s), per call the
     whole and per group (CPU µs, voluntary and involuntary switches), the server CPU's busy
-    share and the JVM's share of it (what is left is other load on that CPU)."""
+    share and the JVM's share of it (what is left is other load on that CPU; None without a
+    server CPU: under a quota)."""
     comp = tw.groups.get("compiler", {}).get("cpu_s", 0.0)
-    busy = procstat.busy_share(cpus0, cpus1, int(server_cpu))
+    busy = procstat.busy_share(cpus0, cpus1, int(server_cpu)) if server_cpu is not None else None
     return dict(extra, calls=calls, wall_s=tw.wall_s, cpu_s=tw.cpu_s, compiler_s=comp,
                 exited_s=tw.exited_s, per=tw.per(calls),
                 groups={g: dict(v) for g, v in tw.groups.items()},

@@ -125,10 +125,24 @@ def _fig(step):
     return step["p99_ms"], answered / step["duration_s"], step.get("cpu_us_per_call")
 
 
-def comparison(res, wres, witness_arms, plan):
+def unsettled(wrun):
+    """The witness arms (labels) whose grid ran on a peer whose JIT had not settled (its own
+    peer with the grid's stalls, name-stalls, else the arm's): their grid's CPU includes the
+    compiler threads'."""
+    out = set()
+    for name, r in wrun.items():
+        if not r.get("warmup", {}).get("settled", True):
+            base = name[:-len("-stalls")] if name.endswith("-stalls") else name
+            if name.endswith("-stalls") or base + "-stalls" not in wrun:
+                out.add(base)
+    return out
+
+
+def comparison(res, wres, witness_arms, plan, unsettled_jit=()):
     """Per pair and step (the fixed-rate grid by driver, the ramp by multiple of capacity):
     {"witness", "echod", "step", "offered", "echod_fig", "witness_fig", "ratio"}, each figure
-    (p99 ms, goodput/s, CPU µs/call), the ratio grpc-java / echod."""
+    (p99 ms, goodput/s, CPU µs/call), the ratio grpc-java / echod. A grid step of a witness in
+    `unsettled_jit` is named so (its CPU includes the compiler threads')."""
     rows = []
     for arm in witness_arms:
         w, e = label(arm), PAIRS.get(arm)
@@ -138,8 +152,8 @@ def comparison(res, wres, witness_arms, plan):
         for ws in wres[w]["fixed"]:
             drv = ws["driver"].split(" ")[0]
             es = next((s for s in er["fixed"] if s["driver"].split(" ")[0] == drv), None)
-            rows.append(_row(w, e if e in res else None, "fixed 10%% (%s)" % drv, ws["offered"],
-                             es, ws))
+            step = "fixed 10%% (%s%s)" % (drv, ", JIT not settled" if w in unsettled_jit else "")
+            rows.append(_row(w, e if e in res else None, step, ws["offered"], es, ws))
         for i, frac in enumerate(plan.ramp_fractions):
             ws = step_at(wres, w, i)
             if ws is None:
@@ -208,9 +222,11 @@ def outputs(run, found, variant, out, problems):
     found_w = findings(run.wres, run.cap, n)
     runs = [(variant, found), (LABEL, found_w)] if run.arms else [(LABEL, found_w)]
     merged = F.merge(runs)
-    rows = comparison(run.res, run.wres, run.witness, run.plan)
-    info = {a: dict(run.wrun.get(a, {})) for a in warms}
-    for a in warms:
+    rows = comparison(run.res, run.wres, run.witness, run.plan, unsettled(run.wrun))
+    # every peer the witness started: with the grid's stalls its grid ran on a peer of its own
+    # (name-stalls), whose warm-up the server-wide stalls can keep from settling
+    info = {a: dict(v) for a, v in run.wrun.items()}
+    for a in info:
         with open(info[a].pop("log"), errors="replace") as fh:
             info[a]["transport"] = transport(fh.read(4000))
     md = ["## Witness: grpc-java on this machine", "",
