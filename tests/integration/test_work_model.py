@@ -367,7 +367,7 @@ class HandOffs(unittest.TestCase):
     """echod_handoffs_total{receiver,found} and echod_loop_wakeups_total{cause} on every gRPC arm at
     low load (sequential calls with a pause between them, echod on the machine's CPUs) and at
     saturation (`h2load`, 64 connections x 4 streams, closed loop, echod pinned to one CPU and
-    h2load to another), with the model's hand-off, wake and wake-up units on. In both:
+    `h2load` to another), with the model's hand-off, wake and wake-up units on. In both:
 
       - a worker receives every dispatch that crossed threads and the loop every loop task; direct
         arms receive none; each wake-up by a task batch is the hand-off that found the loop parked;

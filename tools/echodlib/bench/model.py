@@ -252,7 +252,8 @@ def peer_main(args):
            "loads_per_round": {a: runs[a] for a in arms},
            "derivation": peer_load.median_tree(derived),
            "derivation_per_round": derived,
-           "load_average": os.getloadavg(), "machine": "%s, %s" % (platform.node(), platform.machine())}
+           "load_average": os.getloadavg(), "machine": "%s, %s" % (platform.node(), platform.machine()),
+           "cpu_model": args.cpu.text}
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
@@ -310,7 +311,10 @@ def render_peer(args, out):
         unit["call"], unit["step"], unit["handoff"], unit["message"]))
     if out.get("loads"):
         render_loads(out)
-    print("\nmachine: %s; load average at the end %s" % (out["machine"],
+    # a run from before --cpu-model was pinned
+    print("\n%s" % out.get("cpu_model", "pinned core: the server on CPU %s (taskset), the driver on "
+                                         "CPU %s" % (args.server_cpu, args.client_cpu)))
+    print("machine: %s; load average at the end %s" % (out["machine"],
                                                         ", ".join("%.2f" % x for x in out["load_average"])))
 
 
