@@ -22,6 +22,8 @@ BIDI_MSGS = 1000  # EchoRequests in one stream's body
 # The study's published figures (grpc-java 1.83 on 1-CPU pods; ../shared/study).
 PUB_UNARY_PLATEAU = {"direct": 2140, "virtual": 2060, "direct-drain": 2137}
 PUB_STREAM_PLATEAU = {"direct": 16000, "virtual": 16000 - 625}  # virtual shed 625 of 16k offered
+# the kinds of echod_work_model_cpu_seconds_total a call is charged (background: per second)
+CHARGED = ("call", "step", "handoff", "handoff_wake", "message", "wakeup")
 PUB_FIXED_CPU_US = {"direct": 145e3 / 200, "virtual": 220e3 / 200}  # 145 m and 220 m at 200 calls/s
 DEFAULT_ARMS = ["direct", "direct-drain", "virtual", "cached", "merged", "coalesced", "merged-coalesced"]
 
@@ -409,7 +411,9 @@ def measure_arm(args, d, load, out):
     for name, key in (("echod_call_steps_total", "steps"), ("echod_executor_dispatches_total", "dispatches"),
                       ("echod_loop_tasks_total", "tasks")):
         r[key] = w.delta(name) / calls
-    for kind in ("call", "step", "handoff", "message"):
+    # the hand-offs that found their receiver parked: what the CPU model moves (docs/work-model.md)
+    r["woken"] = w.delta("echod_handoffs_total", found="parked") / calls
+    for kind in CHARGED:
         r["charged_" + kind] = w.delta("echod_work_model_cpu_seconds_total", kind=kind) / calls * 1e6
     # the stream plateau
     w = Window(d.pid, d.admin_port)
@@ -462,12 +466,14 @@ def render(args, arms, s):
                 row.append(fmt.num(fmt.ratio(g(arm, cost, key), g("direct", cost, key)), 3, 0))
             row.append(fmt.num(fmt.ratio(pub.get(arm), pub.get("direct")), 3, 0))
         print("| `%s` | %s |" % (row[0], " | ".join(row[1:])))
-    print("\n| arm, model | steps | dispatches | loop tasks per call (saturation) | hand-offs per message | charged µs "
-          "per call: call | step | handoff | message | server CPU share, h2load calls/s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("\n| arm, model | steps | dispatches | loop tasks | waking hand-offs per call (saturation) | "
+          "hand-offs per message | charged µs per call: %s | server CPU share, h2load calls/s |"
+          % " | ".join(CHARGED))
+    print("|---|" + "---:|" * (5 + len(CHARGED)) + "---|")
     for arm in arms:
-        cells = [fmt.num(g(arm, "model", k), 2, 0) for k in ("steps", "dispatches", "tasks", "msg_handoffs")]
-        cells += [fmt.num(g(arm, "model", "charged_" + k), 1, 0) for k in ("call", "step", "handoff", "message")]
+        cells = [fmt.num(g(arm, "model", k), 2, 0) for k in ("steps", "dispatches", "tasks", "woken",
+                                                             "msg_handoffs")]
+        cells += [fmt.num(g(arm, "model", "charged_" + k), 1, 0) for k in CHARGED]
         print("| `%s` | %s | %s, %s |" % (arm, " | ".join(cells), fmt.num(g(arm, "model", "sat_share"), 2, 0),
                                           fmt.num(g(arm, "model", "sat_rps"), 1, 0)))
     print("\n%s; %s; load average at the end %s" % (
