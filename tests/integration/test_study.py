@@ -517,11 +517,16 @@ class QuickWitnessStudy(StudyRun):
         self.assertEqual([f["variant"] for f in w["findings"]], ["witness:grpc-java"] * 5)
         self.assertEqual(sorted(w["findings_merged"][0]["variants"]),
                          sorted([self.data["label"], "witness:grpc-java"]))
+        # the grid ran on the peer with the grid's stalls (its own) when there is one: its rows say
+        # whether that peer's JIT had settled (a --quick warm-up of 6 s often has not)
+        grid_peer = w["runs"].get("java-direct-stalls") or w["runs"]["java-direct"]
+        grid_step = "fixed 10%% (k6%s)" % ("" if grid_peer["warmup"]["settled"] else ", JIT not settled")
+        self.assertEqual(w["comparison"][0]["step"], grid_step)
         with open(os.path.join(self.out, "study.md")) as f:
             md = f.read()
         for text in ("## Witness: grpc-java on this machine", "### Findings, echod and grpc-java",
                      "| %s | verdict | witness:grpc-java | verdict |" % self.data["label"],
-                     "### Step by step, grpc-java / echod", "| java-direct | direct | fixed 10% (k6) |"):
+                     "### Step by step, grpc-java / echod", "| java-direct | direct | %s |" % grid_step):
             self.assertIn(text, md)
         for name in ("report.md", "report.json"):
             self.assertTrue(os.path.exists(os.path.join(self.out, "witness", "ramp", name)))
