@@ -97,6 +97,10 @@ function dueAt(x) {
 const client = c.newClient();
 let connected = false;
 
+export function setup() {
+  c.reflectOnce(client);
+}
+
 function ensureConnected() {
   if (!connected) {
     c.connect(client);

@@ -87,6 +87,7 @@ const lateConnects = new Counter('late_connects');
 let connected = false;
 
 export function setup() {
+  c.reflectOnce(client);
   // the scenarios start when setup returns; the ramp START_S later
   return { ramp_start_ms: Date.now() + (START_S + WARMUP.s) * 1000, vus: VUS, preconnect: PRECONNECT,
     warmup: { iterations: WARMUP.n, seconds: WARMUP.s, rate: WARMUP.rate } };

@@ -315,6 +315,18 @@ def report_daemon(d, what):
     sys.stderr.flush()
 
 
+def tool_output(p, limit=4000):
+    """A finished tool's stdout and stderr for a failure message, each cut to its first and last
+    limit / 2 characters: a Go program (k6) that panics names the panic in its first lines and
+    prints the stacks after them, and a tail alone keeps only the stacks."""
+    def cut(text):
+        if len(text) <= limit:
+            return text
+        return "%s\n[... %d characters ...]\n%s" % (text[:limit // 2], len(text) - limit,
+                                                     text[-(limit // 2):])
+    return "--- stdout\n%s\n--- stderr\n%s" % (cut(p.stdout or ""), cut(p.stderr or ""))
+
+
 # ---------------------------------------------------------------------------------------------
 # grpcio stubs without generated code
 

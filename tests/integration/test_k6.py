@@ -1,7 +1,8 @@
 """The shipped k6 scripts (deploy/k6) on the real k6 against a live echod.
 
-Each script runs for a few seconds with server reflection and with the proto file
-(REFLECT=0, proto/echo.proto found by the script's default PROTO_DIR), and its run is judged
+Each script runs for a few seconds with the proto file (REFLECT=0, the default: proto/echo.proto
+found by the script's default PROTO_DIR) and with server reflection (REFLECT=1, the types taken
+once in setup, before the VUs connect), and its run is judged
 from k6's own output: exit status, the handleSummary JSON (every call sent answered OK, no check
 failed, echod-timing read from the trailers), the `--out csv` and `--out json` samples, and k6's
 log (no script error). Negative scripts (a method echod does not have, a response read wrong)
@@ -24,7 +25,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from echod_harness import ROOT, SLOW, Daemon, free_port, main, port_open  # noqa: E402
+from echod_harness import ROOT, SLOW, Daemon, free_port, main, port_open, tool_output  # noqa: E402
 from echodlib import k6 as k6lib, k6result  # noqa: E402  (echod_harness put tools/ on sys.path)
 
 K6_DIR = os.path.join(ROOT, "deploy", "k6")
@@ -111,8 +112,7 @@ def judge(p, summary_path, script=None):
 
 
 def explain(p, bad):
-    return "%s\ncommand: %s\n--- stdout\n%s\n--- stderr\n%s" % (
-        "; ".join(bad), p.cmd, p.stdout[-4000:], p.stderr[-4000:])
+    return "%s\ncommand: %s\n%s" % ("; ".join(bad), p.cmd, tool_output(p, 8000))
 
 
 @unittest.skipIf(WHY_NOT, "k6 tests skipped: %s" % WHY_NOT)
@@ -170,6 +170,15 @@ class ShippedScripts(unittest.TestCase):
                              ("0", "/grpc.examples.echo.Echo/UnaryEcho", "UnaryEcho",
                               "grpc.examples.echo.Echo"))
 
+    def test_proto_dir_missing(self):
+        """REFLECT=0 (the default) with no echo.proto at PROTO_DIR: k6 stops in the init context
+        with what to set, before any call."""
+        p, _, _, _ = run_k6(os.path.join(K6_DIR, "unary-fixed-rate.js"), self.d.grpc_target,
+                            {"RATE": "5", "DURATION": "1s", "PROTO_DIR": "/nonexistent"}, self.tmp)
+        self.assertNotEqual(p.returncode, 0, tool_output(p))
+        self.assertIn("cannot load echo.proto from PROTO_DIR=/nonexistent", p.stderr)
+        self.assertIn("REFLECT=1", p.stderr)
+
     def test_unary_fixed_rate(self):
         for reflect in ("1", "0"):
             with self.subTest(reflect=reflect):
@@ -178,12 +187,21 @@ class ShippedScripts(unittest.TestCase):
                 self.assertGreaterEqual(count(s, "echo_ok"), 30)  # 20/s for 2 s, loaded machine
                 self.unary_rows_ok(rows, 30)
 
+    def reflections(self):
+        return self.d.metrics().metric("grpc_server_started_total",
+                                       grpc_method="ServerReflectionInfo")
+
     def test_unary_ramp(self):
         for reflect in ("1", "0"):
             with self.subTest(reflect=reflect):
+                before = self.reflections()
                 s, rows = self.run_script("unary-ramp", {"START": "10", "END": "20", "STEP": "10",
                                                          "STEP_DURATION": "1s", "VUS": "2"},
                                           reflect)
+                # REFLECT=1: setup's connection, then each VU's (every VU preconnects); k6
+                # before v1.2.0 panics when two VUs register the reflected types at once
+                # (common.js reflectOnce). REFLECT=0: none.
+                self.assertEqual(self.reflections() - before, 3 if reflect == "1" else 0)
                 stages = {r["tags"]["stage"] for r in rows
                           if r["metric_name"] == "grpc_req_duration"}
                 self.assertEqual(stages, {"s01", "s02"})
@@ -332,7 +350,7 @@ class Schedule(unittest.TestCase):
                 f.write(SCHEDULE_TEMPLATE % {"common": os.path.join(K6_DIR, "common.js")})
             p = subprocess.run([K6, "run", "-q", "--no-usage-report", path], cwd=tmp,
                                capture_output=True, text=True, timeout=60 * SLOW)
-            self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+            self.assertEqual(p.returncode, 0, tool_output(p))
 
 
 BAD_TEMPLATE = """

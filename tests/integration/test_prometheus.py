@@ -172,10 +172,11 @@ class Live(unittest.TestCase):
         for d in cls.daemons.values():
             d.stop()
             d.cleanup()
-        if cls.group:
-            cls.group.remove()
+        why = cls.group.remove() if cls.group else None
         cls.prom.stop()
         shutil.rmtree(cls.tmp, ignore_errors=True)
+        if why:
+            raise AssertionError(why)
 
     def report(self, args, name):
         out = os.path.join(self.tmp, name)

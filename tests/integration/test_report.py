@@ -25,7 +25,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from echod_harness import ROOT, SLOW, Daemon, main  # noqa: E402
+from echod_harness import ROOT, SLOW, Daemon, main, tool_output  # noqa: E402
 from echodlib import k6 as k6lib, prom  # noqa: E402  (echod_harness put tools/ on sys.path)
 import k6_runners  # noqa: E402
 
@@ -394,9 +394,8 @@ class LiveK6Run(PlotsChecked, unittest.TestCase):
                 p = subprocess.run(cmd, cwd=ROOT, env=run_env, capture_output=True, text=True,
                                    timeout=120 * SLOW)
                 if p.returncode != 0:
-                    raise AssertionError("%s: exit %d\n%s\n%s" % (" ".join(cmd), p.returncode,
-                                                                  p.stdout[-3000:],
-                                                                  p.stderr[-3000:]))
+                    raise AssertionError("%s: exit %d\n%s" % (" ".join(cmd), p.returncode,
+                                                            tool_output(p, 6000)))
                 scrape(d, base + "-after.prom")
             cls.inputs += [base + (".csv" if arm == "direct" else ".k6.json"), base + ".json"]
             cls.metrics += ["--metrics", "%s=%s-before.prom,%s-after.prom" % (arm, base, base)]

@@ -414,7 +414,9 @@ def why_skip_quota():
     group, why = cglib.CpuQuota.create("echod-study-probe", 1.0)
     if group is None:
         return why
-    group.remove()
+    why = group.remove()
+    if why:
+        raise AssertionError(why)
     return None
 
 

@@ -3,7 +3,7 @@ machine, on cgroup v1 (the cpu controller mounted on its own, as on hybrid hosts
 
     g = CpuQuota.create("echod-study", cpus=1.0)   # needs root; None + why when impossible
     prefix = g.exec_prefix()                        # sh that joins the group, then exec
-    g.remove()
+    why = g.remove()                                # None, or why the group is still there
 
 Throttling is read from echod's own echod_cgroup_cpu_* metrics (bench/study), as a cluster
 user would see it, not from here.
@@ -68,11 +68,22 @@ class CpuQuota:
         return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', self.path]
 
     def remove(self):
-        for _ in range(50):  # the last process may still be leaving
+        """None once the group is gone, else why not, naming the processes still in it. Its
+        last process may still be leaving (a daemon just reaped), so it tries for 5 s; a group
+        left behind keeps its quota for whatever is moved into it by name later."""
+        err = None
+        for _ in range(50):
             try:
                 os.rmdir(self.path)
-                return
+                return None
             except FileNotFoundError:
-                return
-            except OSError:
+                return None
+            except OSError as e:
+                err = e
                 time.sleep(0.1)
+        try:
+            pids = _read(os.path.join(self.path, "cgroup.procs")).split()
+        except OSError:
+            pids = []
+        return "cannot remove the cgroup %s after 5 s: %s; processes still in it: %s" % (
+            self.path, err.strerror, ", ".join(pids) or "none")

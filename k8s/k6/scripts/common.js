@@ -45,7 +45,9 @@ export function parseDuration(text) {
 
 export const ARM = env('ARM', 'unknown');
 export const TARGET = env('TARGET', 'localhost:50051');
-export const REFLECT = env('REFLECT', '1') !== '0';
+// 0 (the default): the types from PROTO_DIR/echo.proto, shipped beside the scripts; 1: from the
+// server's reflection, one reflection call per VU's connection (see reflectOnce for k6's race)
+export const REFLECT = env('REFLECT', '0') !== '0';
 export const UNARY = 'grpc.examples.echo.Echo/UnaryEcho';
 export const BIDI = 'grpc.examples.echo.Echo/BidirectionalStreamingEcho';
 export const PAYLOAD = env('PAYLOAD', 'hello');
@@ -319,8 +321,30 @@ export function recordTiming(md, tags, key) {
 
 export function newClient() {
   const client = new grpc.Client();
-  if (!REFLECT) client.load([env('PROTO_DIR', '../../proto')], 'echo.proto');
+  if (!REFLECT) {
+    const dir = env('PROTO_DIR', '../../proto');
+    try {
+      client.load([dir], 'echo.proto');
+    } catch (e) {
+      throw new Error(`cannot load echo.proto from PROTO_DIR=${dir} (a relative one is taken from ` +
+        `the scripts' directory): ${e}; set PROTO_DIR to the directory that holds it (proto/ of ` +
+        'the repository, /scripts in the ConfigMap) or REFLECT=1 to take the types from the server');
+    }
+  }
   return client;
+}
+
+// For setup(): with REFLECT=1, one connection that takes the server's types before any VU
+// connects. k6 before v1.2.0 keeps reflected types in one registry per process and adds each
+// after looking it up, without a lock, and panics when two VUs' first connections add the same
+// type at once (grafana/k6#3961, fixed in v1.2.0): the process exits 2 at the run's first
+// connections, the more likely the busier the machine. Once the types are in, every later
+// connection finds them. A process that skips setup (k6 run --no-setup) is not covered:
+// deploy/README.md, "k6 versions".
+export function reflectOnce(client) {
+  if (!REFLECT) return;
+  connect(client);
+  client.close();
 }
 
 export function connect(client) {

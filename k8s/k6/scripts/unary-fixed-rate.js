@@ -6,8 +6,9 @@
 //       --out csv=direct-fixed.csv deploy/k6/unary-fixed-rate.js
 //
 // Env: TARGET (host:port, default localhost:50051), ARM (tag), RATE (calls/s, 200), DURATION
-// (5m), VUS / MAX_VUS (pre-allocated / most VUs, 20 / 400), REFLECT (1: server reflection, 0:
-// load PROTO_DIR/echo.proto, PROTO_DIR default ../../proto), CALL_TIMEOUT (10s), PAYLOAD,
+// (5m), VUS / MAX_VUS (pre-allocated / most VUs, 20 / 400), REFLECT (0: load PROTO_DIR/echo.proto,
+// PROTO_DIR default ../../proto; 1: server reflection, taken once in setup, common.js reflectOnce),
+// CALL_TIMEOUT (10s), PAYLOAD,
 // WORK_CPU_US / WORK_SLEEP_US / WORK_SLEEP_DIST / WORK_SLEEP_STALL_FRACTION / WORK_SLEEP_STALL_US /
 // WORK_RESPONSE_BYTES (echod synthetic work, common.js workMetadata), CONN_SHARING,
 // SUMMARY_FILE (summary-ARM-unary-fixed-rate.json, "-" none), SUMMARY_STDOUT (1: JSON on stdout).
@@ -40,6 +41,10 @@ export const options = {
 
 const client = c.newClient();
 let connected = false;
+
+export function setup() {
+  c.reflectOnce(client);
+}
 
 export function unary() {
   if (!connected) {

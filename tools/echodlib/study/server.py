@@ -10,6 +10,7 @@ peer of echodlib.peers) needs only a Target of its own.
 import time
 
 from .. import cgroup, daemon, peers, procstat, prom
+from . import log
 
 SERVICE = "grpc.examples.echo.Echo"
 
@@ -65,8 +66,11 @@ class CpuModel:
                          % (self.group.describe(), client_cpu))
 
     def close(self):
-        if self.group:
-            self.group.remove()
+        """Removes the quota's cgroup, and says so on stderr when it cannot (the run's figures
+        stand; the group is left behind)."""
+        why = self.group.remove() if self.group else None
+        if why:
+            log("warning: %s" % why)
 
 
 def start_echod(binary, model, arm_file, sets, log_path, prometheus=None, name=None):
