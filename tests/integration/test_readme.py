@@ -11,18 +11,24 @@ scrape's type and every label name the scrape shows; and every row's family is i
 scrapes, or, for the ones a CPU quota produces, in a scrape of echod under a 1-CPU cgroup v1
 quota (root only, as test_cgroup).
 
+Set-up and Tests: the default suites of `bootstrap.sh test` in the README's words and table, every
+package its arrays install named in Set-up, every meson test (`meson introspect --tests` of the
+build around ECHOD_BIN) and every fuzz target in the Tests section, and nothing else there.
+
   ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_readme.py
 """
 
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from echod_harness import (ROOT, SLOW, Daemon, EchoStub, bidi_roundtrip, echod_check_config,  # noqa: E402
+from echod_harness import (ECHOD_BIN, ROOT, SLOW, Daemon, EchoStub, bidi_roundtrip, echod_check_config,  # noqa: E402
                            http_get, main)
 from test_cgroup import CgroupDaemon, v1_quota_cgroup  # noqa: E402
 from test_rest_arm import RestDaemon  # noqa: E402
@@ -262,6 +268,68 @@ class MetricsReference(unittest.TestCase):
                      for name, (kind, labels) in families(d.metrics()).items()}
         self.assertEqual(self.mismatches(quota), [], "the README's metrics table against a scrape under a quota")
         self.assertEqual(sorted(set(missing) - set(quota)), [], "rows no scrape shows, a quota's included")
+
+
+# ---------------------------------------------------------------------------------------------
+# the set-up and test lists
+
+
+def readme_section(title):
+    """The text of the README section headed `## title`, up to the next `## `."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("\n## %s\n" % title)
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)]
+
+
+def bootstrap():
+    with open(os.path.join(ROOT, "deploy", "bootstrap.sh"), encoding="utf-8") as f:
+        return f.read()
+
+
+class CommandReference(unittest.TestCase):
+    """The Set-up and Tests sections against what deploy/bootstrap.sh runs and installs, what
+    meson registers and the fuzz targets there are: each says which of them the README lacks or
+    names wrongly. No daemon runs."""
+
+    def test_suites_as_bootstrap_runs_them(self):
+        script, setup = bootstrap(), readme_section("Set-up (fresh Debian 12, as root)")
+        default = re.search(r"local suites=\$\{ECHOD_SUITES:-([^}]*)\}", script)[1].split()
+        body = script[script.index("run_tests() {"):]
+        body = body[:body.index("\n}\n")]
+        known = re.findall(r"^        ([a-z0-9]+)\)$", body, re.M)
+        self.assertIn("default `%s`" % " ".join(default), " ".join(setup.split()),
+                      "the README's default ECHOD_SUITES is bootstrap.sh's")
+        rows = [ticked(cells[0])[0] for cells in readme_table("| suite | what |")]
+        self.assertEqual(rows, default + sorted(set(known) - set(default)),
+                         "the README's suites table: bootstrap.sh's default suites in their order, then the others")
+
+    def test_packages_as_bootstrap_installs_them(self):
+        script, setup = bootstrap(), readme_section("Set-up (fresh Debian 12, as root)")
+        named = set(re.findall(r"[a-z0-9][a-z0-9.+-]+", setup))
+        missing = []
+        for array in ("BUILD_PKGS", "TEST_PKGS", "IMAGE_PKGS", "ARM64_PKGS"):
+            pkgs = re.search(r"^%s=\(([^)]*)\)" % array, script, re.M)[1].split()
+            missing += ["%s (%s)" % (p, array) for p in pkgs if p not in named]
+        self.assertEqual(missing, [], "packages bootstrap.sh installs that the README's Set-up does not name")
+
+    def test_every_test_is_listed(self):
+        meson = shutil.which("meson")
+        build = os.path.dirname(os.path.dirname(os.path.abspath(ECHOD_BIN)))
+        if not meson or not os.path.isdir(os.path.join(build, "meson-info")):
+            self.skipTest("no meson build directory around ECHOD_BIN (%s)" % build)
+        out = subprocess.run([meson, "introspect", "--tests", build], capture_output=True, text=True,
+                             check=True).stdout
+        registered = {t["name"] for t in json.loads(out)}
+        fuzz = {f[:-2] for f in os.listdir(os.path.join(ROOT, "tests", "fuzz"))
+                if f.startswith("fuzz_") and f.endswith(".c")}
+        section = readme_section("Tests")
+        listed = set(re.findall(r"`(test_\w+)`", section))
+        self.assertEqual(sorted(registered - listed), [], "meson tests the README's Tests section does not list")
+        self.assertEqual(sorted(listed - registered), [], "tests the README lists that meson does not have")
+        fuzz_listed = set(re.findall(r"`(fuzz_\w+)`", section))
+        self.assertEqual(sorted(fuzz ^ fuzz_listed), [], "fuzz targets (tests/fuzz/fuzz_*.c) against the README's")
 
 
 if __name__ == "__main__":
