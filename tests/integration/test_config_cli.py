@@ -1,6 +1,7 @@
 """The command line, config validation as seen from outside, and SIGTERM/SIGINT shutdown.
 
 Run on its own: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_config_cli.py
+DefaultFile checks config/echod.yaml, or the file ECHOD_DEFAULT_YAML names.
 """
 
 import glob
@@ -21,6 +22,10 @@ from echod_harness import (BIDI, ECHOD_BIN, ROOT, SLOW, Daemon, echod_check_conf
                            main)
 
 DEFAULT_CONFIG = os.path.join(ROOT, "config", "echod.yaml")
+# The file DefaultFile checks; another copy (e.g. `git show HEAD:config/echod.yaml`) may be named here.
+DEFAULT_FILE = os.environ.get("ECHOD_DEFAULT_YAML", DEFAULT_CONFIG)
+DEFAULT_FILE_NAME = (os.path.relpath(DEFAULT_FILE, ROOT)
+                     if os.path.abspath(DEFAULT_FILE).startswith(ROOT + os.sep) else DEFAULT_FILE)
 
 
 def run(args, timeout=15):
@@ -283,6 +288,71 @@ class CheckConfig(unittest.TestCase):
         text = r.stdout + r.stderr
         for opt in ("--config", "--set", "--check-config", "--version"):
             self.assertIn(opt, text)
+
+
+def leaves(doc, path=()):
+    """{key path tuple: value} of every leaf of a loaded config; an empty mapping ({}, as an
+    unset per_method) is a leaf."""
+    if isinstance(doc, dict) and doc:
+        out = {}
+        for k, v in doc.items():
+            out.update(leaves(v, path + (k,)))
+        return out
+    return {path: doc}
+
+
+class DefaultFile(unittest.TestCase):
+    """config/echod.yaml is the built-in defaults, commented: every key of --check-config's dump of
+    the defaults (an empty file), each with the dumped value, and no other key (issue 37)."""
+
+    @classmethod
+    def setUpClass(cls):
+        with open(DEFAULT_FILE) as f:
+            cls.text = f.read()
+        cls.doc = yaml.safe_load(cls.text)
+        r = echod_check_config("/dev/null")
+        assert r.returncode == 0, r.stderr
+        cls.dump = yaml.safe_load(r.stdout)
+
+    def test_every_key_with_its_default(self):
+        name = DEFAULT_FILE_NAME
+        ours, built_in = leaves(self.doc), leaves(self.dump)
+        self.assertTrue(built_in and ours)
+        key = ".".join
+        missing = [key(p) for p in built_in if p not in ours]
+        self.assertEqual(missing, [], "keys of the --check-config dump missing from %s" % name)
+        extra = [key(p) for p in ours if p not in built_in]
+        self.assertEqual(extra, [], "keys in %s that the --check-config dump does not have" % name)
+        for p, default in built_in.items():
+            with self.subTest(key=key(p)):
+                value = ours[p]
+                # 0 and 0.0, or 1 and true, would load alike in echod but are not what the dump says
+                self.assertTrue(type(value) is type(default) and value == default,
+                                "%s: %s has %r, the built-in default is %r" % (key(p), name, value, default))
+
+    def test_comments_list_every_executor_mode(self):
+        """Each mode echod accepts for executor.mode (from its own error message, so a new mode is
+        caught the day it is added) opens a line of the comment above executor.mode."""
+        r = echod_check_config("/dev/null", sets=["executor.mode=nope"])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        m = re.search(r"executor\.mode: expected one of (.+), got", r.stderr)
+        self.assertIsNotNone(m, "no list of modes in %r" % r.stderr)
+        modes = m.group(1).split(", ")
+        self.assertIn("direct", modes)
+        root = yaml.compose(self.text)
+        executor = next(v for k, v in root.value if k.value == "executor")
+        mode = next(k for k, _ in executor.value if k.value == "mode")
+        lines = self.text.splitlines()
+        listed = set()
+        i = mode.start_mark.line - 1
+        while i >= 0 and lines[i].lstrip().startswith("#"):
+            words = lines[i].lstrip().lstrip("#").split()
+            if words:
+                listed.add(words[0])
+            i -= 1
+        for name in modes:
+            self.assertIn(name, listed, "executor.mode %s (echod accepts %s) is not listed in the comment "
+                          "above executor.mode in %s" % (name, ", ".join(modes), DEFAULT_FILE_NAME))
 
 
 class Shutdown(unittest.TestCase):
