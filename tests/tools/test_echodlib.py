@@ -6,7 +6,10 @@
   report                 step windows, schedule drops, execution segments, merging runners,
                          knee and plateau; report_out's Markdown
   k6prom                 its time and selector arithmetic (a Prometheus is test_prometheus's)
-  findings               verdicts of a full set of figures, merging runs
+  findings               verdicts of a full set of figures, merging runs; what a verdict rests
+                         on: a run's inputs set from published figures, identity (F4 at the
+                         study's caps), fitted (F5's plateaus on the cost model), partly fitted,
+                         relabelling a run written before the rule
   study                  Plan, the capped regime (its cap, extra ramps, checks) and the open
                          model's backlog and VU sizing, k6's Go environment and VU budget, the
                          cost and its calibration, the figures, F4 at the published caps, the
@@ -39,8 +42,8 @@ from echodlib import findings as F, fmt, jvm, k6prom, k6result, peers, procstat,
 from echodlib.bench import peer_load  # noqa: E402
 from echodlib.report import ArmResult, InputError, Runner, Step  # noqa: E402
 from echodlib.sampler import Sampler  # noqa: E402
-from echodlib.study import drivers, figures, merge, plan as P, regimes, runner, server, \
-    stalls, tables, witness  # noqa: E402
+from echodlib.study import drivers, figures, merge, outputs, plan as P, regimes, runner, \
+    server, stalls, tables, witness  # noqa: E402
 from echodlib.study.cost import Cost, calibrate  # noqa: E402
 from echodlib.study.server import Window  # noqa: E402
 
@@ -524,17 +527,24 @@ class Findings(unittest.TestCase):
                       f4p["parts"][0]["figure"])
         self.assertAlmostEqual(f4p["measured"], 0.36)
         self.assertEqual(f4p["parts"][1]["measured"], 1.01)
-        self.assertEqual(f4p["verdict"], "reproduced")
+        # the study's caps are its published p99s times goodput: identity, never reproduced
+        self.assertEqual((f4p["verdict"], f4p["computed"]), ("identity", "reproduced"))
         d = f4p["detail"]
         self.assertEqual((d["cap_only"], d["drain_at_drain_cap"]), (0.4, 0.9))
         self.assertAlmostEqual(d["cap_only"] * d["drain_at_drain_cap"], f4p["measured"])
-        self.assertEqual(d["cap_only_verdict"], "reproduced")
+        self.assertEqual((d["cap_only_verdict"], d["cap_only_computed"]),
+                         ("identity", "reproduced"))
+        # at matched caps the cap is every arm's: F3 and F4 judged as computed
+        for fd in (f3, f4):
+            self.assertEqual([p["verdict"] for p in fd["parts"]],
+                             [p["computed"] for p in fd["parts"]])
+            self.assertEqual([p["basis"] for p in fd["parts"]], [None, None])
         self.assertAlmostEqual(d["cap_only_of_measured"], math.log(0.4) / math.log(0.36))
         self.assertAlmostEqual(d["cap_only_of_published"], math.log(0.4) / math.log(
             717.1 / 1993.9))
         text = tables.published_caps_text(f4p)
         self.assertIn("The caps alone (direct at 0.716 s against direct at 1.99 s) give 0.40, "
-                      "reproduced", text)
+                      "identity (would be reproduced)", text)
         self.assertIn("the drain against direct both at 0.716 s gives 0.90", text)
         # an open run, or a capped one without the study's caps: no F4p, F3 and F4 unlabelled
         self.assertEqual([f["id"] for f in F.compute(dict(m, regime={"name": "capped", "cap_s":
@@ -547,6 +557,191 @@ class Findings(unittest.TestCase):
         f4p = F.compute(m, "x")[4]
         self.assertEqual((f4p["verdict"], f4p["detail"]["cap_only"]), ("not measured", 0.4))
 
+    # what a verdict rests on: the labels that replace an agreement the run's inputs explain
+
+    MODEL = "model:grpc-java-study"
+    CAPPED = {"name": "capped", "cap_s": 1.9939, "published_caps": True}
+
+    def study_caps_run(self, drain_p99=720.0):
+        """FIGURES in a capped run at the study's caps (F4p: the drain at 0.716 s)."""
+        return dict(self.FIGURES, regime=self.CAPPED,
+                    capped_p99={"direct": {"1.994": {"1.2": 2000.0}, "0.716": {"1.2": 800.0}},
+                                "direct-drain": {"0.716": {"1.2": drain_p99}}},
+                    capped_goodput={"direct": {"1.994": {"1.2": 1000.0}},
+                                    "direct-drain": {"0.716": {"1.2": 1010.0}}})
+
+    def test_run_sources(self):
+        """Which of a run's inputs came from which published figures."""
+        self.assertEqual(F.run_sources(), {"capacity": ["plateau.direct"]})
+        full = F.run_sources(self.MODEL, {"call": 2089, "message": 158, "wakeup": 554}, True,
+                             self.CAPPED)
+        self.assertEqual(sorted(full), ["cap", "capacity", "grid-stalls", "model.low-load",
+                                        "model.plateaus", "study-caps"])
+        self.assertEqual(full["model.low-load"], ["grid.cpu.direct"])
+        self.assertEqual(full["grid-stalls"], ["grid.p99.virtual"])
+        self.assertEqual(full["cap"], ["ramp.p99.direct", "plateau.direct"])
+        # the preset before its wake-up unit (2026-12-02): its plateaus only
+        self.assertEqual(sorted(F.run_sources(self.MODEL, {"call": 3411, "message": 264})),
+                         ["capacity", "model.plateaus"])
+        # --quick's cap (0.2 s), a cap of calls, every arm at the drain's, an unknown preset
+        self.assertNotIn("cap", F.run_sources(regime={"name": "capped", "cap_s": 0.2}))
+        self.assertEqual(F.run_sources(regime={"name": "capped", "cap_s": 0.716})["cap"],
+                         ["ramp.p99.direct-drain", "peak.direct-drain"])
+        self.assertEqual(F.run_sources("model:other", {"call": 1}), F.run_sources())
+        # every input and figure named has its words (study.json, study.md)
+        for i, keys in full.items():
+            self.assertIn(i, F.INPUTS)
+            for k in keys:
+                self.assertIn(k, F.PUBLISHED)
+        for published, inputs in F.RESTS_ON.values():
+            for k in published:
+                self.assertIn(k, F.PUBLISHED)
+            for i, (kind, why) in inputs.items():
+                self.assertIn(i, F.INPUTS)
+                self.assertIn(kind, (F.IDENTITY, F.FITTED))
+
+    def test_identity_at_the_study_caps(self):
+        """F4p's caps are the published p99s times goodput: its p99 part reads identity (what
+        it would read beside it), never reproduced; its goodput part is a measurement; a
+        finding with an identity part is at best identity."""
+        f4p = next(f for f in F.compute(self.study_caps_run(), "flat, capped 1.99 s")
+                   if f["id"] == "F4p")
+        p99, goodput = f4p["parts"]
+        self.assertEqual((p99["verdict"], p99["computed"]), ("identity", "reproduced"))
+        self.assertEqual(p99["basis"]["kind"], "identity")
+        self.assertEqual(p99["basis"]["inputs"], ["study-caps"])
+        self.assertEqual(p99["basis"]["fitted"], ["ramp.p99.direct-drain", "ramp.p99.direct"])
+        self.assertEqual((goodput["verdict"], goodput["basis"]), ("reproduced", None))
+        self.assertEqual((f4p["verdict"], f4p["computed"]), ("identity", "reproduced"))
+        self.assertEqual(F.part_text(p99), "identity (would be reproduced)")
+        # a miss stays a miss: the drain far above direct at the study's caps is "not"
+        f4p = next(f for f in F.compute(self.study_caps_run(drain_p99=4000.0), "x")
+                   if f["id"] == "F4p")
+        self.assertEqual((f4p["parts"][0]["verdict"], f4p["verdict"]), ("not", "not"))
+        # explicit sources without the study's caps (a run that had none): no label
+        f4p = next(f for f in F.compute(self.study_caps_run(), "x", F.run_sources())
+                   if f["id"] == "F4p")
+        self.assertEqual(f4p["verdict"], "reproduced")
+
+    def test_fitted_in_a_variant(self):
+        """F5's stream plateau over the unary one: on the cost model both are fitted (its call
+        and message units), so the same figures that are reproduced on the flat cost read
+        fitted there, and the finding says so; a fitted part that misses is still not."""
+        flat = {f["id"]: f for f in F.compute(self.FIGURES, "flat")}
+        src = F.run_sources(self.MODEL)
+        model = {f["id"]: f for f in F.compute(self.FIGURES, self.MODEL, src)}
+        self.assertEqual(flat["F5"]["parts"][0]["verdict"], "reproduced")
+        self.assertEqual(flat["F5"]["verdict"], "reproduced")
+        plateau = model["F5"]["parts"][0]
+        self.assertEqual((plateau["verdict"], plateau["computed"]), ("fitted", "reproduced"))
+        self.assertEqual(plateau["basis"]["fitted"], ["stream.plateau.direct", "plateau.direct"])
+        self.assertEqual((model["F5"]["verdict"], model["F5"]["computed"]),
+                         ("fitted", "reproduced"))
+        self.assertEqual(F.table(list(model.values()))[-3].split(" | ")[-2:],
+                         ["fitted (would be reproduced)", "**fitted** |"])
+        # in direction is an agreement too; not (the flat cost's 1.0x) is not
+        fig = dict(self.FIGURES, stream_plateau={"direct": 2000.0})
+        self.assertEqual(F.compute(fig, self.MODEL, src)[-1]["parts"][0]["verdict"], "fitted")
+        fig = dict(self.FIGURES, stream_plateau={"direct": 1040.0})
+        self.assertEqual(F.compute(fig, self.MODEL, src)[-1]["parts"][0]["verdict"], "not")
+        # a finding with a fitted part and a weaker genuine one takes the weaker
+        fig = dict(self.FIGURES, stream_top_shed={"direct": 10.0, "virtual": 30.0})
+        f5 = F.compute(fig, self.MODEL, src)[-1]
+        self.assertEqual([p["verdict"] for p in f5["parts"]],
+                         ["fitted", "reproduced", "in direction"])
+        self.assertEqual(f5["verdict"], "in direction")
+
+    def test_genuine_predictions_keep_their_verdicts(self):
+        """Where a run set one term of a ratio (F1 on the cost model: direct's CPU at 10% load;
+        F2 with the grid's stalls: the virtual arm's p99) the ratio judges the other term, and
+        its verdict stands (partly fitted, said beside it); the parts no input explains keep
+        theirs on every variant: reproduced, in direction, not."""
+        src = F.run_sources(self.MODEL, None, True, self.CAPPED)
+        found = {f["id"]: f for f in F.compute(self.study_caps_run(), self.MODEL, src)}
+        f1, f2 = found["F1"]["parts"][0], found["F2"]["parts"][0]
+        self.assertEqual((f1["verdict"], f1["basis"]["kind"]), ("reproduced", "partly fitted"))
+        self.assertEqual((f1["basis"]["fitted"], f1["basis"]["predicted"]),
+                         (["grid.cpu.direct"], ["grid.cpu.virtual"]))
+        self.assertEqual(F.part_text(f1), "reproduced (partly fitted)")
+        self.assertEqual((f2["verdict"], f2["basis"]["fitted"]), ("not", ["grid.p99.virtual"]))
+        self.assertEqual([p["verdict"] for p in found["F3"]["parts"]],
+                         ["reproduced", "in direction"])
+        self.assertEqual(found["F3"]["verdict"], "in direction")
+        self.assertEqual(found["F4"]["parts"][0]["verdict"], "reproduced")
+        self.assertEqual([p["verdict"] for p in found["F5"]["parts"][1:]],
+                         ["reproduced", "reproduced"])
+        for fd in found.values():
+            for p in fd["parts"]:
+                if not p["basis"] or p["basis"]["kind"] == "partly fitted":
+                    self.assertEqual(p["verdict"], p["computed"], (fd["id"], p["figure"]))
+        notes = F.basis_notes(list(found.values()))
+        self.assertEqual(len(notes), 4)  # F1, F2, F4p, F5's plateau
+        self.assertIn("F1, server CPU per call", notes[0])
+        self.assertIn("so the verdict, reproduced, judges virtual threads' CPU at 10% load",
+                      notes[0])
+
+    def test_study_md_and_json_say_what_verdicts_rest_on(self):
+        """study.md's findings: the run's inputs set from published figures and a note per part
+        they touch; study.json's published_inputs (outputs.sources: the run's cost variant,
+        grid stalls and regime)."""
+        class Run:
+            class cost:
+                units = {"call": 396, "message": 30, "wakeup": 105}
+
+                @staticmethod
+                def variant(x):
+                    return "model:grpc-java-study", "model"
+            x, stalls = 1.0, object()
+            regime = regimes.Capped(P.Plan(False), published_caps=True)
+            cap = 400.0
+        src = outputs.sources(Run)
+        self.assertEqual(sorted(src), ["cap", "capacity", "grid-stalls", "model.low-load",
+                                       "model.plateaus", "study-caps"])
+        self.assertEqual(F.describe_sources(src)["grid-stalls"]["published"],
+                         ["grid.p99.virtual"])
+        found = F.compute(self.study_caps_run(), "m", src)
+        md = "\n".join(tables.findings_md(found, "model", src))
+        self.assertIn("This run's inputs set from published figures: the capacity calibration", md)
+        self.assertIn("What the verdicts rest on:\n\n- F1, server CPU per call", md)
+        self.assertIn("- F4p, p99 at 1.2x of capacity, direct-drain / direct (direct-drain capped "
+                      "at 0.716 s, direct at 1.99 s: the study's runs): identity (would be "
+                      "reproduced): ", md)
+        self.assertIn("| identity (would be reproduced) | **identity** |", md)
+        Run.stalls = None
+        Run.regime = regimes.Capped(P.Plan(True))
+        self.assertEqual(sorted(outputs.sources(Run)), ["capacity", "model.low-load",
+                                                        "model.plateaus"])
+
+    def test_weakest_order(self):
+        self.assertEqual(F.weakest(["reproduced", "fitted"]), "fitted")
+        self.assertEqual(F.weakest(["reproduced", "identity"]), "identity")
+        self.assertEqual(F.weakest(["identity", "fitted"]), "identity")
+        self.assertEqual(F.weakest(["fitted", "in direction"]), "in direction")
+        self.assertEqual(F.weakest(["identity", "not"]), "not")
+
+    def test_relabel_a_run_from_before_the_rule(self):
+        """A study.json written before the rule (its F4p 'reproduced', no keys, no computed):
+        relabel() judges it again, as merge does."""
+        old = F.compute(self.study_caps_run(), "model:grpc-java-study, capped 1.99 s")
+        for fd in old:
+            fd["verdict"] = F.weakest([p["computed"] for p in fd["parts"]])
+            fd.pop("computed")
+            for p in fd["parts"]:
+                p["verdict"] = p.pop("computed")
+                del p["key"], p["basis"]
+            if fd["id"] == "F4p":
+                fd["detail"]["cap_only_verdict"] = fd["detail"].pop("cap_only_computed")
+        self.assertEqual(old[4]["verdict"], "reproduced")
+        src = F.run_sources(self.MODEL, None, False, self.CAPPED)
+        new = {f["id"]: f for f in F.relabel(old, src)}
+        self.assertEqual((new["F4p"]["verdict"], new["F4p"]["detail"]["cap_only_verdict"]),
+                         ("identity", "identity"))
+        self.assertEqual(new["F5"]["parts"][0]["verdict"], "fitted")
+        self.assertEqual(new["F5"]["parts"][0]["key"], "F5.plateau")
+        self.assertEqual(new["F1"]["parts"][0]["basis"]["kind"], "partly fitted")
+        self.assertEqual(new["F2"]["parts"][0]["basis"], None)  # no stalls in this run
+        self.assertEqual(F.relabel(F.relabel(old, src), src), F.relabel(old, src))
+
     def test_merge_and_tables(self):
         a = F.compute(self.FIGURES, "flat")
         b = F.compute({}, "model:x")
@@ -557,6 +752,12 @@ class Findings(unittest.TestCase):
         self.assertIn("| flat | verdict | model:x | verdict |", rows[0])
         self.assertTrue(rows[2].endswith("| 0.66 | reproduced (**reproduced**) | - | "
                                          "not measured (**not measured**) |"), rows[2])
+        # a fitted part says what it would have read, beside its finding's verdict
+        m = F.compute(self.FIGURES, self.MODEL, F.run_sources(self.MODEL))
+        rows = F.merged_table(F.merge([("flat", a), (self.MODEL, m)]), ["flat", self.MODEL])
+        self.assertTrue(rows[-3].endswith("| 7.38 | 7.50 | reproduced (**reproduced**) | 7.50 | "
+                                          "fitted (would be reproduced) (**fitted**) |"),
+                        rows[-3])
         table = F.table(a)
         self.assertTrue(table[2].startswith("| **F1** directExecutor() costs less CPU"))
         # a run with F4p after one without: F4p next to F4 all the same
@@ -913,6 +1114,38 @@ class StudyFigures(unittest.TestCase):
         self.assertIn("| **F4p** the drain's cut at the study's own caps", text)
         self.assertIn("\nflat, capped 1.99 s: F4p, at the published caps: direct-drain at "
                       "0.716 s against direct at 1.99 s, p99 at 1.2x - (published 0.36).", text)
+        # a run written before the rule, its F4p "reproduced" at the study's caps and its F5 on
+        # the cost model: merged by the current rule (its sources from its cost and regime)
+        found = F.compute(Findings().study_caps_run(), "model:grpc-java-study, capped 1.99 s")
+        for fd in found:
+            fd["verdict"] = fd.pop("computed")
+            for p in fd["parts"]:
+                p["verdict"] = p.pop("computed")
+                del p["key"], p["basis"]
+        self.assertEqual(found[4]["verdict"], "reproduced")
+        with open(os.path.join(dirs[1], "study.json"), "w") as f:
+            json.dump({"cost": {"variant": "model:grpc-java-study", "units": {
+                "call": 2089, "message": 158, "wakeup": 554}}, "grid_stalls": None,
+                "label": "model, capped 1.99 s", "regime": Findings.CAPPED,
+                "findings": found}, f)
+        text = merge.merge_runs(dirs, os.path.join(tmp, "out"))
+        with open(os.path.join(tmp, "out", "findings.json")) as f:
+            merged = {m["id"]: m for m in json.load(f)["findings"]}
+        run = merged["F4p"]["variants"]["model, capped 1.99 s"]
+        self.assertEqual((run["verdict"], run["parts"][0]["computed"]), ("identity", "reproduced"))
+        self.assertEqual(merged["F5"]["variants"]["model, capped 1.99 s"]["parts"][0]["verdict"],
+                         "fitted")
+        self.assertIn("identity (would be reproduced) (**identity**)", text)
+        self.assertIn("give 0.40, identity (would be reproduced) against the published", text)
+        self.assertIn("\n- model, capped 1.99 s: F4p, p99 at 1.2x", text)
+        self.assertNotIn("reproduced (**reproduced**) |", text.split("**F4p**")[1].split("\n")[0])
+        # a run that says its inputs (study.json's published_inputs): those, not its cost's
+        with open(os.path.join(dirs[1], "study.json")) as f:
+            doc = json.load(f)
+        doc["published_inputs"] = F.describe_sources(F.run_sources())
+        with open(os.path.join(dirs[1], "study.json"), "w") as f:
+            json.dump(doc, f)
+        self.assertEqual(merge.read_run(dirs[1], [])[1][4]["verdict"], "reproduced")
 
 
 class GridStalls(unittest.TestCase):

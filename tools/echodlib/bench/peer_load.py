@@ -153,7 +153,7 @@ def wake_figures(runs, hops):
 def derive_wakes(f, study_call_us=STUDY_DIRECT_CALL_US, pool="default"):
     """From wake_figures (or their medians):
 
-      B    the direct JVM's idle CPU (m), its background
+      B    the direct JVM's idle CPU (millicores), its background
       w    the direct loop's wake-up: (direct's net CPU per call at low load - at saturation)
            / (its loop's voluntary switches per call at low load - at saturation), µs a wake
            (the wake-up, and the read and flush a batch would have shared)

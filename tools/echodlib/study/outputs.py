@@ -164,7 +164,7 @@ def markdown(run, found, elapsed, variant_text, problems, witness_md=()):
     unary_plateau = {a: res[a]["ramp_summary"]["plateau"] or res[a]["ramp_summary"]["peak"]
                      for a in arms}
     md = header(run, elapsed, variant_text)
-    md += ["", "## Findings", ""] + tables.findings_md(found, variant_text)
+    md += ["", "## Findings", ""] + tables.findings_md(found, variant_text, sources(run))
     md += ["", "## Fixed-rate grid (%.0f calls/s, 10%% of capacity)" % round(0.1 * run.cap), ""]
     md += tables.fixed_table(res, arms)
     md += ["", "![p99](fixed/p99-vs-offered.png)", "",
@@ -229,9 +229,17 @@ def document(run, found, elapsed, variant, variant_text, problems):
                      "background_millicores": cost.background,
                      "stream_capacity": cost.stream_capacity(x, run.cap)},
             "grid_stalls": run.stalls and run.stalls.doc(cost.per_call(x)),
-            "findings": found, "verdict_rule": F.rule_text(), "elapsed_s": elapsed,
+            "findings": found, "verdict_rule": F.rule_text(),
+            "published_inputs": F.describe_sources(sources(run)), "elapsed_s": elapsed,
             "prometheus": run.prometheus.directory if run.prometheus else None,
             "results": run.res, "problems": problems}
+
+
+def sources(run):
+    """The run's inputs set from published figures (findings.run_sources): its cost variant's
+    units, the grid's stalls, its regime's caps."""
+    return F.run_sources(run.cost.variant(run.x)[0], run.cost.units, run.stalls is not None,
+                         regime_doc(run))
 
 
 def label(run, variant):
@@ -248,7 +256,7 @@ def write(run, t_start):
     ramp_summaries(res, arms, reports)
     variant, variant_text = run.cost.variant(run.x)
     found = F.compute(measured_figures(res, arms, run.cap, run.x, run.cost.name == "flat",
-                                       regime_doc(run)), label(run, variant))
+                                       regime_doc(run)), label(run, variant), sources(run))
     witness_md, witness_doc = witness.outputs(run, found, label(run, variant), args.out, problems)
     if arms:  # echod's curves (none in a run of the witness alone)
         written = plots.study_plots(res, arms, run.cap, run.plan, args.out)

@@ -10,7 +10,7 @@ def fixed_table(res, arms):
     """The fixed-rate grid: a row per arm and driver, and direct's ratios to the pool arm
     beside the published ones."""
     out = ["| arm | driver | offered/s | goodput/s | p50 ms | p99 ms | server µs/call | "
-           "server CPU (m) | failed |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+           "server CPU (millicores) | failed |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for arm in arms:
         for s in res[arm]["fixed"]:
             out.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %d |" % (
@@ -19,7 +19,7 @@ def fixed_table(res, arms):
                 fmt.num(s["p99_ms"], 2), fmt.num(s["cpu_us_per_call"]),
                 fmt.num(s["cpu_millicores"], 0), s["failed"]))
     out.append("")
-    out.append("Published (grpc-java, k6): virtual threads p50 ~3.1 ms, p99 65-72 ms, 220m CPU; "
+    out.append("Published (grpc-java, k6): virtual threads p50 ~3.1 ms, p99 65-72 ms, 220 millicores CPU; "
                "directExecutor() -5% p50, 2x p99, -35% CPU.")
     rows = []
     for drv in ("k6", "h2load"):
@@ -232,10 +232,20 @@ def stream_table(res, arms, unary_plateau):
     return out
 
 
-def findings_md(findings, variant_text):
+def findings_md(findings, variant_text, sources=None):
+    """The findings' section of study.md: the rule, the table, what the parts that are not (or
+    not only) evidence rest on (findings.basis_notes) and the run's inputs set from published
+    figures (`sources`, findings.run_sources), F4p's detail."""
     md = (["Each figure is a ratio of two arms (or workloads) of this run beside the study's "
            "own; its verdict is computed: " + F.rule_text() + " Cost variant: %s." % variant_text,
            ""] + F.table(findings))
+    notes = F.basis_notes(findings)
+    if sources:
+        md += ["", "This run's inputs set from published figures: %s." % "; ".join(
+            "%s, from %s" % (F.INPUTS.get(i, i), ", ".join(F.PUBLISHED[k][0] for k in keys))
+            for i, keys in sources.items())]
+    if notes:
+        md += ["", "What the verdicts rest on:", ""] + notes
     for fd in findings:
         if fd["id"] == "F4p":
             md += ["", published_caps_text(fd)]
@@ -251,7 +261,9 @@ def published_caps_text(fd):
             "against the published %s by the same rule (%s of the published effect, %s of the "
             "measured one); the drain against direct both at %s gives %s." % (
                 lo, hi, fmt.num(fd["measured"], 2), fmt.num(fd["published"], 2), lo, hi,
-                fmt.num(d["cap_only"], 2), d["cap_only_verdict"], fmt.num(fd["published"], 2),
+                fmt.num(d["cap_only"], 2), F.verdict_text(d["cap_only_verdict"],
+                                                          d.get("cap_only_computed")),
+                fmt.num(fd["published"], 2),
                 share(d["cap_only_of_published"]), share(d["cap_only_of_measured"]), lo,
                 fmt.num(d["drain_at_drain_cap"], 2)))
 
