@@ -17,9 +17,13 @@ static const double flush_frames_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 static const double flush_bytes_bounds[] = {64, 256, 1024, 4096, 16384, 65536, 262144, 1048576};
 /* Read batches: one connection up to Netty's first epoll array (4,096 events). */
 static const double read_batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
-/* Microsecond-scale latencies: a hand-off costs a few us, a stalled pool up to seconds. */
-static const double latency_bounds_us[] = {1,    2,    5,    10,    20,    50,     100,    200, 500,
-                                           1000, 2000, 5000, 10000, 50000, 100000, 500000, 1e6};
+/*
+ * Microsecond-scale latencies: a hand-off costs a few us, a stalled pool seconds. A saturated arm's
+ * p99 runs 2-40 s and histogram_quantile answers the last finite bound for anything past it, so
+ * the bounds go on to a minute, coarsely: each bound is one more series per histogram per scrape.
+ */
+static const double latency_bounds_us[] = {1,    2,     5,     10,     20,     50,  100,   200, 500,  1000, 2000,
+                                           5000, 10000, 50000, 100000, 500000, 1e6, 2.5e6, 5e6, 10e6, 30e6, 60e6};
 
 _Static_assert(NELEMS(latency_bounds_us) <= ECHOD_HISTOGRAM_MAX_BOUNDS, "latency buckets fit a histogram");
 _Static_assert(NELEMS(flush_frames_bounds) <= ECHOD_HISTOGRAM_MAX_BOUNDS, "frame buckets fit a histogram");

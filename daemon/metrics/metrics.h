@@ -33,7 +33,7 @@
 #define ECHOD_METRICS_MAX_EXECUTORS 16
 #define ECHOD_GRPC_CODES            ECHOD_STATUS__COUNT
 
-#define ECHOD_HISTOGRAM_MAX_BOUNDS 17
+#define ECHOD_HISTOGRAM_MAX_BOUNDS 22
 
 /* A cumulative histogram with fixed upper bounds (the +Inf bucket is implicit). The buckets are
  * inline so that a shard, a copy of the whole echod_metrics_t, has its own; bounds and scale are

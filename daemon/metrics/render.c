@@ -106,9 +106,16 @@ static const char *labels_text(const echod_metrics__render_t *r)
     return r->labels.len != 0 ? r->labels.base : "";
 }
 
-/* Shortest text that reads back as the same double, so bucket bounds look like "5e-06", not noise. */
+/*
+ * Shortest text that reads back as the same double, so bucket bounds look like "5e-06", not noise;
+ * whole numbers in full ("60", where %g's shortest is "6e+01"), as other exporters write them.
+ */
 static void format_double(char *dst, size_t cap, double v)
 {
+    if (v > -1e15 && v < 1e15 && v == (double)(int64_t)v) {
+        snprintf(dst, cap, "%" PRId64, (int64_t)v);
+        return;
+    }
     for (int prec = 1; prec <= 17; ++prec) {
         snprintf(dst, cap, "%.*g", prec, v);
         if (strtod(dst, NULL) == v)

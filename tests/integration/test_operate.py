@@ -637,6 +637,30 @@ class Saturation(unittest.TestCase):
                                     0.1)
             self.assertEqual(metric_delta(after, before, "grpc_server_handling_seconds_count", **bl), 1)
 
+    def test_latency_buckets_past_a_second(self):
+        """A 3 s call has a finite bucket: saturation p99s run 2-40 s, and histogram_quantile (the
+        recording rules, the dashboard) answers the last finite bound for anything past it."""
+        with Daemon() as d, d.channel() as ch:
+            stub = EchoStub(ch)
+            d.wait_metrics(lambda m: m.metric("echod_loop_lag_distribution_seconds_count") >= 1,
+                           what="a loop sample")
+            # direct executor: the sleep holds the loop, so its 100 ms timer fires ~2.9 s late
+            stub.UnaryEcho("slow", metadata=md(sleep_us=3000000), timeout=T)
+            lbl = dict(grpc_service=SERVICE, grpc_method="UnaryEcho")
+            m = d.wait_metrics(lambda m: m.metric("grpc_server_handling_seconds_count", **lbl) >= 1
+                               and m.metric("echod_loop_lag_distribution_seconds_sum") >= 2.5,
+                               what="the 3 s call and the late timer observed")
+            for name, labels in (("grpc_server_handling_seconds", lbl),
+                                 ("echod_loop_lag_distribution_seconds", {})):
+                # by value: the rendering of a bound ("60", "6e+01") is not the point here
+                b = {float(l["le"]): v for l, v in m.series(name + "_bucket")
+                     if labels.items() <= l.items()}
+                finite = sorted(le for le in b if le != float("inf"))
+                self.assertEqual(finite[-1], 60.0, b)
+                # the slow one in (2.5 s, 5 s], nothing past 5 s; the loop's other samples are fast
+                self.assertEqual(b.get(5.0, 0) - b.get(2.5, 0), 1, (name, b))
+                self.assertEqual(b[float("inf")], b.get(5.0), (name, b))
+
     def test_busy_loop_and_lag_on_direct_executor(self):
         """Work on the loop thread (direct) shows as loop busy ratio and loop lag."""
         with Daemon() as d, d.channel() as ch:

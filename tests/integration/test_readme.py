@@ -9,7 +9,7 @@ Metrics: every family a scrape shows, after calls of the four kinds on the arms 
 them (direct with synthetic work, cached, virtual, the cost model, REST), is a row with the
 scrape's type and every label name the scrape shows; and every row's family is in one of those
 scrapes, or, for the ones a CPU quota produces, in a scrape of echod under a 1-CPU cgroup v1
-quota (root only, as test_cgroup).
+quota (root only, as test_cgroup); the latency buckets it lists are every latency histogram's.
 
 Set-up and Tests: the default suites of `bootstrap.sh test` in the README's words and table, every
 package its arrays install named in Set-up, every meson test (`meson introspect --tests` of the
@@ -222,6 +222,7 @@ class MetricsReference(unittest.TestCase):
             "rest": RestDaemon(),
         }
         cls.scraped = {}  # family -> (type, label names, the arms that showed it)
+        cls.bounds = {}  # histogram family -> its finite `le` bounds, as numbers
         for arm, d in arms.items():
             with d:
                 calls(d)
@@ -236,6 +237,10 @@ class MetricsReference(unittest.TestCase):
             seen = cls.scraped.setdefault(name, (kind, set(), []))
             seen[1].update(labels)
             seen[2].append(arm)
+        for (name, labels), _ in m.samples.items():
+            le = dict(labels).get("le")
+            if name.endswith("_bucket") and le != "+Inf":
+                cls.bounds.setdefault(name[:-len("_bucket")], set()).add(float(le))
 
     def mismatches(self, scraped):
         """What the README's metrics table says otherwise than the scrapes."""
@@ -254,6 +259,21 @@ class MetricsReference(unittest.TestCase):
 
     def test_every_family_scraped_is_a_row(self):
         self.assertEqual(self.mismatches(self.scraped), [], "the README's metrics table against the scrapes")
+
+    def test_latency_buckets_as_scraped(self):
+        """The README's latency buckets are the bounds of every latency histogram scraped (they
+        once stopped at 1 s in both while a saturated arm's p99 ran to tens of seconds)."""
+        text = re.sub(r"\s+", " ", readme_section("Admin endpoints and metrics"))
+        m = re.search(r"Histogram buckets: latencies [^(]*\(([^)]*)\)", text)
+        self.assertIsNotNone(m, "no 'Histogram buckets: latencies ... (...)' in the README")
+        scale = {"µs": 1e-6, "ms": 1e-3, "s": 1.0}
+        readme = [round(float(n) * scale[unit], 9)
+                  for run, unit in re.findall(r"((?:[\d.]+, )*[\d.]+) (µs|ms|s)\b", m[1])
+                  for n in run.split(", ")]
+        latency = sorted(f for f in self.bounds if f.endswith("_seconds"))
+        self.assertIn("grpc_server_handling_seconds", latency)
+        for family in latency:
+            self.assertEqual(sorted(round(b, 9) for b in self.bounds[family]), readme, family)
 
     def test_every_row_is_scraped(self):
         missing = sorted(set(self.rows) - set(self.scraped))

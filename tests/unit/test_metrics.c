@@ -111,6 +111,21 @@ static void check_histogram(const char *text, const char *name, const char *labe
     CHECK(inf >= 0 && sample(text, needle) == inf);
 }
 
+/*
+ * The count of the bucket whose bound reads back as le, or -1: by value, not text, since the
+ * shortest text of 10 is "1e+01" as far as %g goes.
+ */
+static double bucket(const char *text, const char *name, const char *labels, double le)
+{
+    char prefix[256];
+    int n = snprintf(prefix, sizeof(prefix), "%s_bucket{%s%sle=\"", name, labels, labels[0] ? "," : "");
+    for (const char *p = text; (p = strstr(p, prefix)) != NULL; p += 1) {
+        if ((p == text || p[-1] == '\n') && strtod(p + n, NULL) == le)
+            return strtod(strchr(p, ' ') + 1, NULL);
+    }
+    return -1;
+}
+
 /* A metric or label name: [a-zA-Z_:][a-zA-Z0-9_:]* (labels: no ':'). */
 static int valid_name(const char *s, int colon)
 {
@@ -233,7 +248,8 @@ static void test_render(echod_exec_t *pool)
     ECHOD_ADD(pm->dispatches, 11);
     echod_histogram_observe(&pm->queue_wait, 3);
     echod_histogram_observe(&pm->queue_wait, 700);
-    echod_metrics_observe_queue_wait(pm, 5000000999); /* ns: lands in +Inf as 5000000 us */
+    echod_metrics_observe_queue_wait(pm, 5000000999);   /* ns: 5000000 us, on the 5 s bound */
+    echod_histogram_observe(&pm->queue_wait, 61000000); /* past the last bound: +Inf only */
 
     size_t unary = echod_metrics_add_method("grpc.examples.echo.Echo", "UnaryEcho", ECHOD_GRPC_UNARY);
     size_t bidi =
@@ -302,9 +318,15 @@ static void test_render(echod_exec_t *pool)
     CHECK(has_line(text, "echod_executor_queue_wait_seconds_bucket{executor=\"pool\",le=\"0.0005\"} 1"));
     CHECK(has_line(text, "echod_executor_queue_wait_seconds_bucket{executor=\"pool\",le=\"0.001\"} 2"));
     CHECK(has_line(text, "echod_executor_queue_wait_seconds_bucket{executor=\"pool\",le=\"1\"} 2"));
-    CHECK(has_line(text, "echod_executor_queue_wait_seconds_bucket{executor=\"pool\",le=\"+Inf\"} 3"));
-    CHECK(has_line(text, "echod_executor_queue_wait_seconds_sum{executor=\"pool\"} 5.000703"));
-    CHECK(has_line(text, "echod_executor_queue_wait_seconds_count{executor=\"pool\"} 3"));
+    /* Past a second, up to a minute: a saturated pool's waits have a bucket of their own. */
+    CHECK(has_line(text, "echod_executor_queue_wait_seconds_bucket{executor=\"pool\",le=\"2.5\"} 2"));
+    CHECK(has_line(text, "echod_executor_queue_wait_seconds_bucket{executor=\"pool\",le=\"5\"} 3"));
+    CHECK(bucket(text, "echod_executor_queue_wait_seconds", "executor=\"pool\"", 10) == 3);
+    CHECK(bucket(text, "echod_executor_queue_wait_seconds", "executor=\"pool\"", 30) == 3);
+    CHECK(bucket(text, "echod_executor_queue_wait_seconds", "executor=\"pool\"", 60) == 3);
+    CHECK(has_line(text, "echod_executor_queue_wait_seconds_bucket{executor=\"pool\",le=\"+Inf\"} 4"));
+    CHECK(has_line(text, "echod_executor_queue_wait_seconds_sum{executor=\"pool\"} 66.000703"));
+    CHECK(has_line(text, "echod_executor_queue_wait_seconds_count{executor=\"pool\"} 4"));
     CHECK(has_line(text, "echod_executor_queue_wait_seconds_count{executor=\"default\"} 0"));
     check_histogram(text, "echod_executor_queue_wait_seconds", "executor=\"pool\"");
     check_histogram(text, "echod_executor_queue_wait_seconds", "executor=\"default\"");
