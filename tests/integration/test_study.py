@@ -209,11 +209,14 @@ class QuickStudy(StudyRun):
         for fd in found:
             self.assertEqual(fd["variant"], self.data["label"])
             for p in fd["parts"]:
-                # every part of a full set of arms is measured, and its verdict is the rule's
+                # every part of a full set of arms is measured, its computed verdict is the
+                # rule's, and what it reads is that, or fitted / identity where the run's
+                # inputs set its published figures
                 self.assertIsNotNone(p["measured"], (fd["id"], p["figure"]))
-                self.assertEqual(p["verdict"], F.verdict(p["rule"], p["published"],
-                                                         p["measured"], p["noise"]),
+                self.assertEqual(p["computed"], F.verdict(p["rule"], p["published"],
+                                                          p["measured"], p["noise"]),
                                  (fd["id"], p))
+                self.assertEqual(p["verdict"], F.label(p["computed"], p["basis"]), (fd["id"], p))
             self.assertEqual(fd["verdict"], F.weakest([p["verdict"] for p in fd["parts"]]))
             self.assertEqual((fd["published"], fd["measured"]),
                              (fd["parts"][0]["published"], fd["parts"][0]["measured"]))
