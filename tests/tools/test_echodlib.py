@@ -39,7 +39,7 @@ from fractions import Fraction
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 from echodlib import findings as F, fmt, jvm, k6prom, k6result, peers, procstat, report, \
     report_out, stats  # noqa: E402
-from echodlib.bench import peer_load  # noqa: E402
+from echodlib.bench import model, peer_load  # noqa: E402
 from echodlib.report import ArmResult, InputError, Runner, Step  # noqa: E402
 from echodlib.sampler import Sampler  # noqa: E402
 from echodlib.study import drivers, figures, merge, outputs, plan as P, regimes, runner, \
@@ -1481,6 +1481,20 @@ class PeerLoad(unittest.TestCase):
         self.assertIn("Hw (a hand-off that wakes) 40.0 µs, Hq (one that queues) 4.0 µs (two loads)",
                       text)
 
+    def test_derivation_of_any_pool_arm(self):
+        """The virtual arm's carriers (or any pool arm) derived against direct as default is, and
+        named in the text; a peer JSON from before keeps its one derivation as default's."""
+        runs = self.runs()
+        runs["virtual"] = runs.pop("default")
+        d = peer_load.derive_wakes(peer_load.wake_figures(runs, {"low": 6.0, "sat": 6.0}),
+                                   pool="virtual")
+        self.assertAlmostEqual(d["Hw_us"], 40.0)
+        self.assertTrue(any(line.startswith("virtual over direct, per call")
+                            for line in peer_load.derivation_text(d, "virtual")))
+        self.assertEqual(model.derivations({"derivations": {"virtual": d}}), {"virtual": d})
+        self.assertEqual(model.derivations({"derivation": d}), {"default": d})
+        self.assertEqual(model.derivations({"derivation": None}), {})
+
     def test_derivation_without_queued_handoffs(self):
         """Every hand-off woke its receiver at both loads: one equation; Hq taken as 0."""
         f = peer_load.wake_figures(self.runs(), {"low": 3.0, "sat": 1.0})
@@ -1504,7 +1518,7 @@ class PeerLoad(unittest.TestCase):
         self.assertIsNone(peer_load.median_tree([None]))
         rows = peer_load.load_table(self.runs(), ["direct", "default"])
         self.assertEqual(len(rows), 2 + 6)
-        self.assertTrue(rows[2].startswith("| direct | idle | - | - | 20.0 m | (B) |"), rows[2])
+        self.assertTrue(rows[2].startswith("| direct | idle | - | - | 20.0 millicores | (B) |"), rows[2])
         self.assertIn("| direct | low | 1200 | - | 131 | 110 | 0.0 | 1.0, 1.00, 0.00 | - |", rows[3])
         kinds = peer_load.stall_kinds([0.01], [5000, 20000])
         self.assertEqual(kinds, [("none", 0.0, 0), ("1% x 5.0 ms", 0.01, 5000),

@@ -242,18 +242,19 @@ def peer_main(args):
     hops = {"low": med.get(("echod-cached", "low_dispatches")),
             "sat": med.get(("echod-cached", "dispatches"))}
     hops = {k: v + 2 if v is not None else None for k, v in hops.items()}
-    derived = [peer_load.derive_wakes(peer_load.wake_figures(
-        {a: runs[a][i] for a in arms if a in ("direct", "default")},
+    # each pool arm's waking and queued hand-offs against direct, round by round
+    derived = {pool: [peer_load.derive_wakes(peer_load.wake_figures(
+        {a: runs[a][i] for a in ("direct", pool)},
         {"low": res["echod-cached", "low_dispatches"][i] + 2,
-         "sat": res["echod-cached", "dispatches"][i] + 2}))
-        for i in range(args.rounds)] if "default" in arms else []
+         "sat": res["echod-cached", "dispatches"][i] + 2}), pool=pool)
+        for i in range(args.rounds)] for pool in arms if pool != "direct"}
     out = {"rounds": args.rounds, "arms": arms, "peer": {"%s|%s" % k: v for k, v in med.items()},
            "profile": dict(res["profile"]) if "profile" in res else None,
            "low_rate": stats.median(res["low_rate"]), "hops": hops,
            "loads": {a: peer_load.median_tree(runs[a]) for a in arms},
            "loads_per_round": {a: runs[a] for a in arms},
-           "derivation": peer_load.median_tree(derived),
-           "derivation_per_round": derived,
+           "derivations": {p: peer_load.median_tree(d) for p, d in derived.items()},
+           "derivations_per_round": derived,
            "load_average": os.getloadavg(), "machine": "%s, %s" % (platform.node(), platform.machine()),
            "cpu_model": args.cpu.text}
     if args.json:
@@ -270,33 +271,39 @@ SATURATED = 0.7
 def render_peer(args, out):
     """The peer table and the preset it gives, from peer_main's JSON (--from-json re-renders one)."""
     med = {tuple(k.split("|", 1)): v for k, v in out["peer"].items()}
-    u, d = med["direct", "unary_us"], med["default", "unary_us"]
-    bu, bd = med["direct", "bidi_us"], med["default", "bidi_us"]
+    arms = out.get("arms") or ["direct", "default"]
+    pools = [a for a in arms if a != "direct"]
+    u, bu = med["direct", "unary_us"], med["direct", "bidi_us"]
     # grpc-java's hand-offs per unary call: the SerializingExecutor's dispatches (echod's cached
     # arm coalesces as grpc-java's does, docs/pool-arms.md) and two event-loop tasks, request(2)
-    # and one WriteQueue flush for the headers, message and trailers (echod posts three).
+    # and one WriteQueue flush for the headers, message and trailers (echod posts three). Every
+    # pool arm wraps its executor in the same SerializingExecutor, so the counts are the same.
     hops = med["echod-cached", "dispatches"] + 2
     bhops = med["echod-cached", "bidi_dispatches"] + 1  # request(1); the flushes of 20 streams coalesce
-    per_call, per_msg = (d - u) / hops / u, (bd - bu) / bhops / bu
     print("## grpc-java on this machine (bench/model peer, %d rounds, medians)\n" % out["rounds"])
-    print("| figure | direct | default (cached pool) | echod cached |")
-    print("|---|---:|---:|---:|")
+    names = {"default": "default (cached pool)", "virtual": "virtual (JDK 21 virtual threads)"}
+    print("| figure | %s | echod cached |" % " | ".join(names.get(a, a) for a in arms))
+    print("|---|%s---:|" % ("---:|" * len(arms)))
     for key, label in (("unary_us", "unary CPU µs/call, saturation (-c 64 -m 1)"), ("unary_share", "server CPU share"),
                        ("unary_rps", "calls/s"), ("bidi_us", "bidi CPU µs/message, saturation (20 streams)"),
                        ("bidi_share", "server CPU share, bidi")):
         print("| %s | %s |" % (label, " | ".join(fmt.num(med.get((arm, key)), 2, 0)
-                                                 for arm in ("direct", "default", "echod-cached"))))
-    print("| dispatches / loop tasks per call | | | %.2f / %.2f |" % (med["echod-cached", "dispatches"],
-                                                                      med["echod-cached", "tasks"]))
-    print("\nhand-offs in grpc-java default: %.2f per call (the dispatches echod's cached arm makes under the same "
-          "load, request(2), one WriteQueue flush), %.2f per message (a dispatch and request(1); the flushes of 20 "
-          "streams coalesce)" % (hops, bhops))
-    print("one hand-off, streams: %.4f of a direct message ((%.2f - %.2f) / %.2f / %.2f); the preset's source" % (
-        per_msg, bd, bu, bhops, bu))
-    print("one hand-off, unary:   %.4f of a direct call ((%.2f - %.2f) / %.2f / %.2f); a cross-check" % (
-        per_call, d, u, hops, u))
+                                                 for arm in arms + ["echod-cached"])))
+    print("| dispatches / loop tasks per call | %s%.2f / %.2f |" % (
+        "| " * len(arms), med["echod-cached", "dispatches"], med["echod-cached", "tasks"]))
+    print("\nhand-offs in a grpc-java pool arm: %.2f per call (the dispatches echod's cached arm makes under the "
+          "same load, request(2), one WriteQueue flush), %.2f per message (a dispatch and request(1); the flushes "
+          "of 20 streams coalesce)" % (hops, bhops))
+    per_msg = {}
+    for pool in pools:
+        d, bd = med[pool, "unary_us"], med[pool, "bidi_us"]
+        per_msg[pool] = (bd - bu) / bhops / bu
+        print("%s, one hand-off, streams: %.4f of a direct message ((%.2f - %.2f) / %.2f / %.2f)%s" % (
+            pool, per_msg[pool], bd, bu, bhops, bu, "; the preset's source" if pool == "default" else ""))
+        print("%s, one hand-off, unary:   %.4f of a direct call ((%.2f - %.2f) / %.2f / %.2f); a cross-check" % (
+            pool, (d - u) / hops / u, d, u, hops, u))
     for shape in ("unary", "bidi"):
-        low = [a for a in ("direct", "default") if med[a, shape + "_share"] < SATURATED]
+        low = [a for a in arms if med[a, shape + "_share"] < SATURATED]
         if low:
             print("**not saturated**: %s %s had %s of its CPU (other load on the machine): its ratio is not usable" % (
                 " and ".join(low), shape, " and ".join("%.2f" % med[a, shape + "_share"] for a in low)))
@@ -307,10 +314,13 @@ def render_peer(args, out):
         step_share = p["step"] / total
         print("\nJFR profile of direct, event loop busy samples: %s (of %d)" % (
             ", ".join("%s %.1f%%" % (c, 100 * v / total) for c, v in p.most_common()), total))
-    unit = derive(step_share, per_msg)
-    print("\nderived preset (docs/work-model.md; step share %.4f):" % step_share)
-    print("  call_cpu_us: %d\n  step_cpu_us: %d\n  handoff_cpu_us: %d\n  message_cpu_us: %d" % (
-        unit["call"], unit["step"], unit["handoff"], unit["message"]))
+    if "default" in per_msg:
+        unit = derive(step_share, per_msg["default"])
+        print("\nderived preset (docs/work-model.md; step share %.4f):" % step_share)
+        print("  call_cpu_us: %d\n  step_cpu_us: %d\n  handoff_cpu_us: %d\n  message_cpu_us: %d" % (
+            unit["call"], unit["step"], unit["handoff"], unit["message"]))
+    else:
+        print("\n(no preset: it is derived from the default pool's hand-off, not in --peer-arms)")
     if out.get("loads"):
         render_loads(out)
     # a run from before --cpu-model was pinned
@@ -333,15 +343,23 @@ def render_loads(out):
                                                l["warmup"]["settled"] else " (not settled)")
                               for a, l in out["loads"].items()))
     print("\n".join(peer_load.load_table(out["loads"], out["arms"])))
-    d = out.get("derivation")
-    if d:
-        print("\nDerivation (medians over %d round%s; per round: %s):\n" % (
-            out["rounds"], "" if out["rounds"] == 1 else "s", ", ".join(
+    for pool, d in derivations(out).items():
+        print("\nDerivation, %s against direct (medians over %d round%s; per round: %s):\n" % (
+            pool, out["rounds"], "" if out["rounds"] == 1 else "s", ", ".join(
                 "Hw %s Hq %s w %s" % (fmt.num(r["Hw_us"], 1), fmt.num(r["Hq_us"], 1),
                                       fmt.num(r["w_us"], 1))
-                for r in out["derivation_per_round"])))
-        for line in peer_load.derivation_text(d):
+                for r in derivations(out, per_round=True)[pool])))
+        for line in peer_load.derivation_text(d, pool):
             print("- " + line)
+
+
+def derivations(out, per_round=False):
+    """{pool arm: its derivation} of a peer JSON (a run from before every pool arm was derived
+    has `derivation`, default's alone)."""
+    if "derivations" in out:
+        return out["derivations_per_round" if per_round else "derivations"]
+    key = "derivation_per_round" if per_round else "derivation"
+    return {"default": out[key]} if out.get(key) else {}
 
 
 def derive(step_share, handoff_ratio, unary_plateau=2140.0, stream_plateau=16000.0):

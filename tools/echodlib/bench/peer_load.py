@@ -248,9 +248,9 @@ def load_table(runs, arms):
             if L == "idle":  # per second, in millicores and switches per second
                 per_s = {g: (v["cpu_s"] / w["wall_s"] * 1000.0, v["vol"] / w["wall_s"],
                              v["invol"] / w["wall_s"]) for g, v in w["groups"].items()}
-                cells = ["%s m, %s/s, %s/s" % tuple(fmt.num(x, 1) for x in per_s[g])
+                cells = ["%s millicores, %s/s, %s/s" % tuple(fmt.num(x, 1) for x in per_s[g])
                          if g in per_s else "-" for g in jvm.GROUPS]
-                head = ["-", "-", "%s m" % fmt.num(background_m(w), 1), "(B)", "-"]
+                head = ["-", "-", "%s millicores" % fmt.num(background_m(w), 1), "(B)", "-"]
             else:
                 pg = (w["per"] or {}).get("groups", {})
                 cells = ["%s, %s, %s" % (fmt.num(pg[g]["cpu_us"], 1), fmt.num(pg[g]["vol"], 2),
@@ -267,13 +267,13 @@ def load_table(runs, arms):
     return out
 
 
-def derivation_text(d):
-    """The derivation as docs/work-model.md will state it."""
+def derivation_text(d, pool="default"):
+    """The derivation of `pool` against direct as docs/work-model.md will state it."""
     def us(v):
         return fmt.num(v, 1)
     w, q, dl, h = d["wakes"], d["queued"], d["delta_us"], d["hops"]
     lines = [
-        "background B: the direct JVM idle, less its compiler threads: %s m" % fmt.num(d["B_m"], 1),
+        "background B: the direct JVM idle, less its compiler threads: %s millicores" % fmt.num(d["B_m"], 1),
         "direct's net CPU per call (less compiler and B's share): %s µs at low load, %s µs at "
         "saturation; its loop's voluntary switches per call %s and %s" % (
             us(d["c_low_us"]), us(d["c_sat_us"]), fmt.num(d["direct_wakes"]["low"], 2),
@@ -281,16 +281,16 @@ def derivation_text(d):
         "w, the direct loop's wake-up: (%s - %s) / (%s - %s) = %s µs a wake" % (
             us(d["c_low_us"]), us(d["c_sat_us"]), fmt.num(d["direct_wakes"]["low"], 2),
             fmt.num(d["direct_wakes"]["sat"], 2), us(d["w_us"])),
-        "default over direct, per call: low load %s µs with %s waking and %s queued hand-offs "
+        "%s over direct, per call: low load %s µs with %s waking and %s queued hand-offs "
         "(of %s); saturation %s µs with %s waking and %s queued (of %s)" % (
-            us(dl["low"]), fmt.num(w["low"], 2), fmt.num(q["low"], 2), fmt.num(h["low"], 2),
+            pool, us(dl["low"]), fmt.num(w["low"], 2), fmt.num(q["low"], 2), fmt.num(h["low"], 2),
             us(dl["sat"]), fmt.num(w["sat"], 2), fmt.num(q["sat"], 2), fmt.num(h["sat"], 2)),
         "Hw (a hand-off that wakes) %s µs, Hq (one that queues) %s µs (%s)" % (
             us(d["Hw_us"]), us(d["Hq_us"]), d["solved"]),
         "as ratios to the peer's direct call at saturation (%s µs): w %s, Hw %s, Hq %s" % (
             us(d["c_sat_us"]), fmt.num(d["ratio"]["w_us"], 3), fmt.num(d["ratio"]["Hw_us"], 3),
             fmt.num(d["ratio"]["Hq_us"], 3)),
-        "preset at the study's direct call (%.0f µs, x %s): background %s m, loop wake-up %s µs, "
+        "preset at the study's direct call (%.0f µs, x %s): background %s millicores, loop wake-up %s µs, "
         "waking hand-off %s µs, queued hand-off %s µs" % (
             STUDY_DIRECT_CALL_US, fmt.num(d["scale"], 2),
             fmt.num(d["preset"]["background_m"], 0), fmt.num(d["preset"]["wake_us"], 0),
