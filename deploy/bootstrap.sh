@@ -48,6 +48,10 @@ BUILD_PKGS=(meson ninja-build pkg-config gcc libc6-dev libh2o-evloop-dev libnght
 # test_prometheus and bench/study --prometheus, and the rules' unit tests (k8s/monitoring).
 TEST_PKGS=(python3 python3-grpcio python3-grpc-tools python3-h2 python3-yaml python3-matplotlib nghttp2-client
            openssl valgrind clang libclang-rt-14-dev python3-prometheus-client prometheus)
+# The grpc-java 1.41 peer of ../shared/peers (bench/study --witness and test_study's witness,
+# bench/compare, bench/model peer): a JDK to build and run it and Debian's grpc-java jars. The
+# product never needs them.
+PEER_PKGS=(openjdk-17-jdk-headless libgrpc-java libnetty-java libguava-java libperfmark-java libgoogle-gson-java)
 # The image check: podman with runc (crun, podman's default, fails on hybrid cgroup hosts),
 # mmdebstrap for the local debian:bookworm(-slim) bases, git for the build context.
 IMAGE_PKGS=(podman runc mmdebstrap git)
@@ -94,7 +98,7 @@ install_packages() {
 install_deps() {
     local pkgs=("${BUILD_PKGS[@]}")
     if [ "$1" = test ]; then
-        pkgs+=("${TEST_PKGS[@]}" "${IMAGE_PKGS[@]}")
+        pkgs+=("${TEST_PKGS[@]}" "${PEER_PKGS[@]}" "${IMAGE_PKGS[@]}")
         if [ "$(uname -m)" = x86_64 ]; then
             pkgs+=("${ARM64_PKGS[@]}")
         fi
@@ -106,6 +110,20 @@ install_deps() {
         fi
     fi
     install_packages "${pkgs[@]}"
+}
+
+# The grpc-java peer's JDK 21 (bench/study --witness runs every grpc-java arm on it, and its
+# `virtual` arm needs it; test_study's witness tests fail without it where the peers are there),
+# from ../shared/peers when this machine has it: the product never needs it. The script lays a
+# minimal Debian 13 with openjdk-21-jre-headless in /opt/echod-jdk21 (once, a few minutes) and
+# returns at once when that is done.
+install_jdk21() {
+    local peers="$ROOT/../shared/peers"
+    if [ ! -d "$peers" ]; then
+        log "no ../shared/peers: no JDK 21 for the grpc-java witness (its tests skip)"
+        return
+    fi
+    as_root "$peers/install-jdk21.sh"
 }
 
 # setup_build DIR [meson options...]: configure DIR, or reconfigure it with these options.
@@ -454,6 +472,7 @@ build)
     ;;
 test)
     install_deps test
+    install_jdk21
     npm_install
     run_tests
     ;;

@@ -329,10 +329,16 @@ class CommandReference(unittest.TestCase):
         script, setup = bootstrap(), readme_section("Set-up (fresh Debian 12, as root)")
         named = set(re.findall(r"[a-z0-9][a-z0-9.+-]+", setup))
         missing = []
-        for array in ("BUILD_PKGS", "TEST_PKGS", "IMAGE_PKGS", "ARM64_PKGS"):
+        for array in ("BUILD_PKGS", "TEST_PKGS", "PEER_PKGS", "IMAGE_PKGS", "ARM64_PKGS"):
             pkgs = re.search(r"^%s=\(([^)]*)\)" % array, script, re.M)[1].split()
             missing += ["%s (%s)" % (p, array) for p in pkgs if p not in named]
         self.assertEqual(missing, [], "packages bootstrap.sh installs that the README's Set-up does not name")
+
+    def test_peer_packages_as_echodlib_needs_them(self):
+        """bootstrap.sh installs for the grpc-java witness what echodlib.peers checks for."""
+        from echodlib import peers
+        pkgs = re.search(r"^PEER_PKGS=\(([^)]*)\)", bootstrap(), re.M)[1].split()
+        self.assertEqual(sorted(pkgs), sorted(peers.JAVA_PACKAGES))
 
     def test_every_test_is_listed(self):
         meson = shutil.which("meson")

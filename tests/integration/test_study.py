@@ -13,8 +13,10 @@ documented rule gives for the figures beside it (recomputed here from the publis
 measured values). Timing is never asserted.
 
 The CFS-quota model runs too, on two arms, when this machine lets a cgroup with a quota be made
-(root); and the witness (--witness: grpc-java's direct arm beside echod's), skipped with the
-reason where the grpc-java peer cannot run (no Java or its jars: the product never needs them).
+(root); and the witness (--witness: grpc-java's direct, direct-drain and virtual arms on JDK 21
+beside echod's), skipped with the reason where the grpc-java peer cannot run (no peers dir, Java
+or its jars: the product never needs them), failing where the peers are there but the JDK 21
+is not (bench/study exits 2 naming ../shared/peers/install-jdk21.sh).
 Skipped with the reason without `h2load` or k6, and in sanitizer builds (a load study measures a
 release build). Run on its own:
   ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_study.py
@@ -478,6 +480,10 @@ class QuickQuotaStudy(StudyRun):
 
 
 def why_skip_witness():
+    """Why the witness cannot run here (the peers dir, Java 17 or the grpc-java jars missing:
+    the product never needs them), or None. A missing JDK 21 is no reason: with the peers there,
+    bench/study --witness exits 2 naming ../shared/peers/install-jdk21.sh, and the test fails
+    (deploy/bootstrap.sh test installs it)."""
     why = why_skip()
     if why:
         return why
@@ -486,40 +492,91 @@ def why_skip_witness():
 
 
 WHY_SKIP_WITNESS = why_skip_witness()
+WITNESS_ARMS = ["direct", "direct-drain", "virtual"]
 
 
 @unittest.skipIf(WHY_SKIP_WITNESS, "bench/study --quick --witness skipped (the grpc-java peer "
                  "is what it measures): %s" % WHY_SKIP_WITNESS)
 class QuickWitnessStudy(StudyRun):
-    """--witness: grpc-java's direct arm through the same experiments beside echod's direct, in
-    the same run: its steps measured from the drivers' counts and its process clock (it has no
-    /metrics), the findings' witness column, the per-step table. Figures are not asserted."""
+    """--witness: grpc-java's direct, direct-drain and virtual arms (the study's three, on its
+    JDK 21) through the same experiments beside echod's arms of those names, in the same run:
+    their steps measured from the drivers' counts and their process clocks (the peer has no
+    /metrics), the stream ramps on the arms in the direct and virtual roles (F5), each peer's
+    JVM over its measured run (compiler share, GC pauses: an arm over the limits is flagged and
+    the findings it takes a role in are not judged), the findings' witness column, the per-step
+    tables. Figures are not asserted (a --quick warm-up rarely lets the JIT settle)."""
 
-    ARGS = ("--arms", "direct", "--witness", "direct")
+    ARGS = ("--arms", ",".join(WITNESS_ARMS), "--witness", ",".join(WITNESS_ARMS))
     PREFIX = "study-witness-test-"
 
     def test_witness_beside_echod(self):
+        from echodlib.study import witness
         self.assertEqual(self.p.returncode, 0, "exit %d\n%s" % (self.p.returncode,
                                                                self.p.stderr[-6000:]))
         w = self.data["witness"]
-        self.assertEqual((w["label"], w["arms"], w["pairs"]), ("witness:grpc-java", ["direct"],
-                                                               {"direct": "direct"}))
+        self.assertEqual((w["label"], w["arms"], w["pairs"]), (
+            "witness:grpc-java", WITNESS_ARMS, {a: a for a in WITNESS_ARMS}))
+        self.assertEqual(w["roles"], {"direct": "direct", "virtual": "virtual",
+                                      "direct-drain": "direct-drain"})
+        self.assertEqual(w["stream_arms"], ["direct", "virtual"])
         self.assertEqual(w["cpu_us"], self.data["cpu_us"], "flat work at the run's scale")
-        self.assertIn(w["runs"]["java-direct"]["transport"], ("nio", "epoll"))
-        r = w["results"]["java-direct"]
-        self.assertEqual([s["driver"].split(" ")[0] for s in r["fixed"]], ["k6", "h2load"])
-        self.assertEqual(len(r["ramp"]), len(self.data["results"]["direct"]["ramp"]))
-        for s in r["fixed"] + r["ramp"]:
-            self.assertGreater(s["ok"], 0, s)
-            self.assertEqual(s["failed"], 0, s)
-            self.assertIsNotNone(s["p99_ms"], s)
-            self.assertIsNotNone(s["cpu_us_per_call"], s)
-        self.assertEqual(len(w["comparison"]), len(r["fixed"]) + len(r["ramp"]))
-        for row in w["comparison"]:
-            self.assertEqual((row["witness"], row["echod"]), ("java-direct", "direct"))
-            for k in ("p99_ms", "goodput", "cpu_us"):
-                self.assertIsNotNone(row["ratio"][k], row)
+        # every arm on the study's JDK 21, and each peer says so at start
+        self.assertEqual(w["jdk"]["version"], 21, w["jdk"])
+        for name, run in w["runs"].items():
+            self.assertIn(run["transport"], ("nio", "epoll"), name)
+            self.assertRegex(run["java"] or "", r"^21\b", name)
+            self.assertEqual(run["jdk"], 21, name)
+        for arm in WITNESS_ARMS:
+            name = "java-" + arm
+            r = w["results"][name]
+            e = self.data["results"][arm]
+            self.assertEqual([s["driver"].split(" ")[0] for s in r["fixed"]], ["k6", "h2load"])
+            self.assertEqual(len(r["ramp"]), len(e["ramp"]), name)
+            for s in r["fixed"] + r["ramp"]:
+                self.assertGreater(s["ok"], 0, (name, s))
+                self.assertEqual(s["failed"], 0, (name, s))
+                self.assertIsNotNone(s["p99_ms"], (name, s))
+                self.assertIsNotNone(s["cpu_us_per_call"], (name, s))
+            # the stream ramps on the direct and virtual roles' arms only, as echod's run them
+            want = len(e["streams"]) if arm in ("direct", "virtual") else 0
+            self.assertEqual(len(r["streams"]), want, name)
+            for run in r["streams"]:
+                self.assertEqual(len(run["steps"]), len(self.data["plan"]["stream_fractions"]))
+                self.assertGreater(sum(s["answered"] for s in run["steps"]), 0, (name, run))
+        self.assertEqual(len(w["comparison"]), sum(
+            len(w["results"][n]["fixed"]) + len(w["results"][n]["ramp"]) for n in w["results"]))
+        self.assertEqual(len(w["stream_comparison"]), sum(
+            len(run["steps"]) for n in w["results"] for run in w["results"][n]["streams"]))
+        for row in w["comparison"] + w["stream_comparison"]:
+            self.assertEqual(row["witness"], "java-" + row["echod"])
+            for k in ("p99_ms", "goodput"):
+                self.assertIsNotNone(row["witness_fig"][k], row)
+        # the JVM over each peer's measured run, and the flags as the limits give them
+        for name, run in w["runs"].items():
+            m = run["jvm"]
+            self.assertGreater(m["seconds"], 0, name)
+            self.assertIsNotNone(m["compiler_share"], name)
+            self.assertTrue(m["pause_log"], name)
+            self.assertGreaterEqual(m["gc"]["share"], 0, name)
+            self.assertEqual(witness.flag_reasons(m) != [],
+                             m["compiler_share"] > w["limits"]["compiler_max_share"] or
+                             m["gc"]["share"] > w["limits"]["gc_max_share"], (name, m))
+            self.assertTrue(os.path.exists(os.path.join(self.out, "witness",
+                                                        witness.gc_log_name(name))), name)
+        flagged = {n[:-len("-stalls")] if n.endswith("-stalls") else n
+                   for n, run in w["runs"].items() if witness.flag_reasons(run["jvm"])}
+        self.assertEqual(set(w["flagged"]), flagged)
+        # a finding one flagged arm takes a role in is not judged (not measured, and why); the
+        # others are measured (the three arms fill every role)
         self.assertEqual([f["variant"] for f in w["findings"]], ["witness:grpc-java"] * 5)
+        for fd in w["findings"]:
+            nj = fd.get("not_judged")
+            if nj:
+                self.assertTrue(set(nj["arms"]) <= flagged, (fd["id"], nj))
+                self.assertEqual(fd["verdict"], "not measured", fd["id"])
+            else:
+                for p in fd["parts"]:
+                    self.assertIsNotNone(p["measured"], (fd["id"], p["figure"], flagged))
         self.assertEqual(sorted(w["findings_merged"][0]["variants"]),
                          sorted([self.data["label"], "witness:grpc-java"]))
         # the grid ran on the peer with the grid's stalls (its own) when there is one: its rows say
@@ -529,25 +586,99 @@ class QuickWitnessStudy(StudyRun):
         self.assertEqual(w["comparison"][0]["step"], grid_step)
         with open(os.path.join(self.out, "study.md")) as f:
             md = f.read()
-        for text in ("## Witness: grpc-java on this machine", "### Findings, echod and grpc-java",
+        for text in ("## Witness: grpc-java on this machine", "### The JVM over each measured run",
+                     "### Findings, echod and grpc-java",
                      "| %s | verdict | witness:grpc-java | verdict |" % self.data["label"],
-                     "### Step by step, grpc-java / echod", "| java-direct | direct | %s |" % grid_step):
+                     "### Step by step, grpc-java / echod", "| java-direct | direct | %s |" % grid_step,
+                     "Stream ramps (messages; java-direct, java-virtual):"):
             self.assertIn(text, md)
-        for name in ("report.md", "report.json"):
-            self.assertTrue(os.path.exists(os.path.join(self.out, "witness", "ramp", name)))
+        for name in w["runs"]:
+            self.assertRegex(md, r"\| %s \| 21[^|]* \| \d+ s" % re.escape(name))
+        for fd in w["findings"]:
+            if fd.get("not_judged"):
+                self.assertIn("- %s not judged on grpc-java" % fd["id"], md)
+        for exp in ("ramp", "streams"):
+            for name in ("report.md", "report.json"):
+                self.assertTrue(os.path.exists(os.path.join(self.out, "witness", exp, name)))
 
 
 class WitnessOptions(unittest.TestCase):
-    """--witness where the peer cannot run, or with an arm it does not have: exit 2, why."""
+    """--witness where the peer cannot run, with an arm it does not have, or with an arm that
+    needs the JDK 21 where there is none: exit 2, why (never a silent skip)."""
+
+    def study(self, extra, env=None):
+        return subprocess.run(["/usr/bin/python3", STUDY, "--quick", "--echod", ECHOD_BIN] + extra,
+                              cwd=ROOT, capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, **(env or {})))
 
     def test_exit_2(self):
         for extra, want in ((["--witness", "--peers-dir", "/nonexistent"],
                              "the grpc-java peer cannot run here: no grpc-java peer at /nonexistent"),
-                            (["--witness", "direct,virtual"], "'virtual' is not a grpc-java arm")):
-            p = subprocess.run(["/usr/bin/python3", STUDY, "--quick", "--echod", ECHOD_BIN] + extra,
-                               cwd=ROOT, capture_output=True, text=True, timeout=60)
+                            (["--witness", "direct,loom"], "'loom' is not a grpc-java arm")):
+            p = self.study(extra)
             self.assertEqual(p.returncode, 2, (extra, p.stderr))
             self.assertIn(want, p.stderr)
+
+    def test_roles_and_flags(self):
+        """The witness's own virtual arm in the virtual role (its default pool only without
+        one), direct-drain in the drain's; the stream ramps on the direct and virtual roles'
+        arms; a measured run over the compiler's or the collector's limit is flagged."""
+        from echodlib.study import witness
+        self.assertEqual(witness.roles(["direct", "default", "virtual", "direct-drain"]),
+                         {"direct": "direct", "virtual": "virtual", "direct-drain": "direct-drain"})
+        self.assertEqual(witness.roles(["direct", "default", "fixed:1"]),
+                         {"direct": "direct", "virtual": "default"})
+        self.assertEqual(witness.stream_arms(["direct", "direct-drain", "virtual"]),
+                         {"direct", "virtual"})
+        self.assertEqual(witness.gc_log_name("java-fixed:1-stalls"), "java-fixed-1-stalls-gc.log")
+
+        def run(compiler, gc):
+            return {"jvm": {"compiler_share": compiler, "gc": {"share": gc}, "pause_log": True}}
+        ok, hot, gcy = (run(0.01, 0.001), run(witness.COMPILER_MAX_SHARE + 0.01, 0.0),
+                        run(0.0, witness.GC_MAX_SHARE + 0.01))
+        self.assertEqual(witness.flags({"java-direct": ok}), {})
+        f = witness.flags({"java-direct": ok, "java-direct-stalls": hot, "java-virtual": gcy})
+        self.assertEqual(sorted(f), ["java-direct", "java-virtual"])
+        self.assertRegex(f["java-direct"][0], r"^its grid's peer \(stalls\): compiler threads")
+        self.assertRegex(f["java-virtual"][0], r"^GC pauses 4\.0% of the measured run")
+
+    @unittest.skipIf(WHY_SKIP_WITNESS, "the grpc-java peer cannot run here: %s" % WHY_SKIP_WITNESS)
+    def test_virtual_without_jdk21(self):
+        """The default arms and `virtual` need the JDK 21: without it, exit 2 naming the
+        script that installs it."""
+        for extra in (["--witness", "virtual"], ["--witness"]):
+            p = self.study(extra, {"JDK21_ROOT": "/nonexistent"})
+            self.assertEqual(p.returncode, 2, (extra, p.stderr))
+            self.assertIn("the grpc-java arm virtual needs a JDK 21: no complete JDK 21 in "
+                          "/nonexistent", p.stderr)
+            self.assertIn("run ../shared/peers/install-jdk21.sh", p.stderr)
+
+    @unittest.skipIf(WHY_SKIP_WITNESS, "the grpc-java peer cannot run here: %s" % WHY_SKIP_WITNESS)
+    def test_other_arms_on_jdk17_without_jdk21(self):
+        """Without the JDK 21 the other arms run on JDK 17, and the run says which it used."""
+        from echodlib import peers
+        from echodlib.study import witness
+        from echodlib.study.cost import Cost
+
+        class Args:
+            witness = "direct,direct-drain,fixed:1"
+            cost = Cost()
+            peers_dir = peers.PEERS_DIR
+            peers_build = os.path.join(tempfile.gettempdir(), "echod-peers")
+        a = Args()
+        old = os.environ.get("JDK21_ROOT")
+        os.environ["JDK21_ROOT"] = "/nonexistent"
+        try:
+            self.assertIsNone(witness.prepare(a, True))
+        finally:
+            if old is None:
+                os.environ.pop("JDK21_ROOT")
+            else:
+                os.environ["JDK21_ROOT"] = old
+        self.assertEqual(a.witness_jdk["version"], 17)
+        self.assertIn("install-jdk21.sh", a.witness_jdk["why"])
+        self.assertEqual([witness.jdk(a, arm) for arm in a.witness], [17, 17, 17])
+        self.assertEqual(witness.jdk(a, "virtual"), 21)
 
 
 def why_skip_h2load():

@@ -10,7 +10,9 @@ Threads. HotSpot names its native threads (the kernel keeps 15 characters: "C2 C
                characters do not tell them apart, and the boss is idle once the connections
                are open
   pool         the executor's threads: grpc's cached pool (grpc-default-executor-*), a
-               newFixedThreadPool (pool-N-thread-M)
+               newFixedThreadPool (pool-N-thread-M), the carriers of JDK 21's virtual threads
+               (ForkJoinPool-1-worker-N: a virtual thread's CPU is its carrier's) and their
+               unparker (VirtualThread-unparker)
   compiler     the JIT's C1 and C2 compiler threads
   VM           the VM thread (safepoint operations; with SerialGC, which a 1-CPU JVM picks, the
                collections too), its periodic task thread, GC threads of another collector,
@@ -22,8 +24,8 @@ for a task, the loop in its selector's epoll_wait): per call, the hand-offs that
 it, counted without instrumenting the JVM.
 
 Pauses. pause_log_option(path) is the -Xlog option that writes safepoints and collections
-with wall-clock time decorations; parse_pauses() reads such a file (JDK 17's format, with or
-without the wall-clock decoration) and pause_summary() sums a window of it.
+with wall-clock time decorations; parse_pauses() reads such a file (JDK 17's and JDK 21's
+format, with or without the wall-clock decoration) and pause_summary() sums a window of it.
 """
 
 import re
@@ -35,7 +37,7 @@ GROUPS = ("event loop", "pool", "compiler", "VM", "other")
 _GROUP_PREFIXES = (
     ("event loop", ("nioEventLoopGro", "epollEventLoopG", "grpc-nio-worker", "grpc-nio-boss",
                     "grpc-default-wo", "grpc-default-bo")),
-    ("pool", ("grpc-default-ex", "pool-")),
+    ("pool", ("grpc-default-ex", "pool-", "ForkJoinPool-", "VirtualThread-u")),
     ("compiler", ("C1 CompilerThre", "C2 CompilerThre")),
     ("VM", ("VM Thread", "VM Periodic Tas", "GC Thread", "G1 ", "Monitor Deflati",
             "Service Thread", "Sweeper thread")),
@@ -51,6 +53,13 @@ def thread_group(name):
 
 
 # ---------------------------------------------------------------------------- the JIT's warm-up
+
+def compiler_share(window):
+    """The compiler threads' share of the JVM's CPU over a closed procstat.ThreadWindow (of
+    thread_group), or None (no CPU)."""
+    comp = window.groups.get("compiler", {}).get("cpu_s", 0.0)
+    return comp / window.cpu_s if window.cpu_s else None
+
 
 def warm_up(pid, load, chunk_s=5, max_s=60, threshold=0.02, log=None):
     """Drives the JVM with load(seconds) (a closed loop) in chunks until its compiler threads
@@ -77,8 +86,7 @@ def warm_up(pid, load, chunk_s=5, max_s=60, threshold=0.02, log=None):
             if log:
                 log("  warm-up: %s" % str(e)[:160])
         w.close()
-        comp = w.groups.get("compiler", {}).get("cpu_s", 0.0)
-        share = comp / w.cpu_s if w.cpu_s else None
+        share = compiler_share(w)
         shares.append(share)
         spent += chunk_s
         if log:
@@ -101,8 +109,10 @@ def pause_log_option(path):
 
 
 _DECOR = re.compile(r"\[([^\]]*)\]")
+# JDK 21 adds "Leaving safepoint: N ns" before the total
 _SAFEPOINT = re.compile(r'Safepoint "([^"]+)", Time since last: (\d+) ns, Reaching safepoint: '
-                        r'(\d+) ns, (?:Cleanup: \d+ ns, )?At safepoint: (\d+) ns, Total: (\d+) ns')
+                        r'(\d+) ns, (?:Cleanup: \d+ ns, )?At safepoint: (\d+) ns, '
+                        r'(?:Leaving safepoint: \d+ ns, )?Total: (\d+) ns')
 _GC_PAUSE = re.compile(r"GC\((\d+)\) (Pause\b.*?)\s+([\d.]+)ms\s*$")
 _HEAP = re.compile(r"\s*\d+[KMGB]?->\d+[KMGB]?\(\d+[KMGB]?\)")
 

@@ -10,9 +10,17 @@ A Peer is a server under test as echodlib.daemon.Echod is one (start, pid, port,
 log_tail, shown_command). grpc-java needs Debian's openjdk-17-jdk-headless, libgrpc-java,
 libnetty-java, libguava-java, libperfmark-java and libgoogle-gson-java; grpc C++ libgrpc++-dev,
 protobuf and its compilers; `unusable()` and `missing()` say what is not there.
+
+JDK 21. The peer's `virtual` arm (newVirtualThreadPerTaskExecutor()) needs a JDK 21, which
+Debian 12 does not have: the peers dir's install-jdk21.sh lays one from Debian 13's packages into
+$JDK21_ROOT (default /opt/echod-jdk21) and marks it complete when done; its java21.sh runs it.
+`jdk21_missing()` says why there is none; a Peer with jdk=21 runs any arm on it (PEER_JDK=21 for
+run-java.sh, which always does for `virtual`). The JVM an arm ran on is its start line's
+`java=` (`java_version()`).
 """
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -35,8 +43,38 @@ KINDS = {
 }
 
 
+JDK21_ROOT = "/opt/echod-jdk21"  # install-jdk21.sh's and java21.sh's default ($JDK21_ROOT)
+JDK21_MARKER = ".echod-jdk21-complete"  # what install-jdk21.sh writes last, once it is complete
+JDK21_ARMS = ("virtual",)  # the Java peer's arms that only run on JDK 21
+
+
 class PeerError(daemon.ServerError, RuntimeError):
     pass
+
+
+def jdk21_root():
+    """Where install-jdk21.sh puts the JDK 21 and java21.sh looks for it: $JDK21_ROOT, else
+    /opt/echod-jdk21."""
+    return os.environ.get("JDK21_ROOT") or JDK21_ROOT
+
+
+def jdk21_missing(peers_dir=PEERS_DIR):
+    """None when the peers dir's java21.sh has a complete JDK 21 to run (install-jdk21.sh's
+    marker in jdk21_root()), else why not, naming the script that installs it."""
+    script = os.path.join(os.path.relpath(peers_dir, paths.ROOT), "install-jdk21.sh")
+    if not os.path.exists(os.path.join(peers_dir, "java21.sh")):
+        return "no java21.sh in %s (a peers dir without JDK 21 support)" % peers_dir
+    root = jdk21_root()
+    if not os.path.exists(os.path.join(root, JDK21_MARKER)):
+        return ("no complete JDK 21 in %s (%s missing): run %s as root (once, a few minutes; "
+                "JDK21_ROOT sets another place)" % (root, JDK21_MARKER, script))
+    return None
+
+
+def java_version(log_text):
+    """The JVM version the Java peer printed at start (`java=21.0.13`), or None."""
+    m = re.search(r"\bjava=(\S+)", log_text or "")
+    return m.group(1) if m else None
 
 
 def unusable(peers_dir=PEERS_DIR):
@@ -113,11 +151,14 @@ def java_opts(cpu_us=0, stall_fraction=0.0, stall_us=0, seed=None, pause_log=Non
 
 
 class Peer:
-    """One arm of a peer (java: default, direct, fixed:N; cpp: callback, async:N) listening on a
-    free loopback port; pid is the server itself (taskset and run-KIND.sh exec)."""
+    """One arm of a peer (java: default, direct, direct-drain, fixed:N, virtual; cpp: callback,
+    async:N) listening on a free loopback port; pid is the server itself (taskset, run-KIND.sh
+    and java21.sh exec). jdk (java only): 21 runs the arm on the JDK 21 (PEER_JDK=21), 17 on
+    the system's java (PEER_JDK unset; `virtual` runs on 21 whatever it says), None leaves
+    PEER_JDK as the environment has it."""
 
     def __init__(self, kind, arm, build, prefix=(), log_path=None, java_opts=None,
-                 peers_dir=PEERS_DIR):
+                 peers_dir=PEERS_DIR, jdk=None):
         self.kind, self.arm = kind, arm
         self.name = "%s %s" % (KINDS[kind][0], arm)
         self.port = ports.free_port()
@@ -125,6 +166,10 @@ class Peer:
         self.env = dict(os.environ, BUILD=build)
         if java_opts:
             self.env["JAVA_OPTS"] = java_opts
+        if jdk == 21:
+            self.env["PEER_JDK"] = "21"
+        elif jdk is not None:
+            self.env.pop("PEER_JDK", None)
         self.log_path = log_path or os.devnull
         self.proc = None
 
@@ -140,7 +185,8 @@ class Peer:
         return self.cmd
 
     def shown_command(self):
-        return shlex.join(["env", "BUILD=" + self.env["BUILD"]] + self.cmd)
+        jdk = ["PEER_JDK=21"] if self.env.get("PEER_JDK") == "21" else []
+        return shlex.join(["env", "BUILD=" + self.env["BUILD"]] + jdk + self.cmd)
 
     def log_tail(self, n=2000):
         try:
@@ -190,7 +236,7 @@ class Peer:
 
 
 class JavaPeer(Peer):
-    """One grpc-java arm (bench/model's)."""
+    """One grpc-java arm (bench/model's, bench/study --witness's)."""
 
     def __init__(self, arm, build, **kw):
         super().__init__("java", arm, build, **kw)

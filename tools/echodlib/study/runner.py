@@ -2,8 +2,8 @@
 fixed-rate grid, the unary ramp, the stream ramp), and the checks that every call succeeded.
 
 The server is started here (echod with an arm's configuration, server.start_echod; the
-grpc-java peer's arms of the witness, server.start_peer) and handed to the drivers as a
-server.Target: they measure whatever server the Target names.
+grpc-java peer's arms of the witness, peers.JavaPeer on the witness's JDK with its GC log) and
+handed to the drivers as a server.Target: they measure whatever server the Target names.
 """
 
 import os
@@ -12,7 +12,7 @@ from .. import fmt, paths, peers
 from . import log, witness
 from .cost import calibrate
 from .regimes import ramps
-from .server import echod_target, peer_target, start_echod, start_peer
+from .server import echod_target, peer_target, start_echod
 
 
 class Run:
@@ -47,11 +47,17 @@ class Run:
                            self.cost.sets(x), os.path.join(self.workdir, "echod-%s.log" % name),
                            self.prometheus, name)
 
-    def start_peer(self, arm, cpu_us, name, stalls_us=0):
+    def start_peer(self, arm, cpu_us, name, stalls_us=0, pause_log=None):
+        """The grpc-java peer's `arm` under the CPU model's prefix, as echod runs (pinned to the
+        server CPU, or in the quota's cgroup), on the witness's JDK (witness.jdk), its JVM's
+        pauses logged to pause_log."""
         f = self.stalls.fraction if stalls_us else 0.0
-        return start_peer(self.model, arm, self.args.peers_build,
-                          peers.java_opts(cpu_us, stall_fraction=f, stall_us=stalls_us),
-                          os.path.join(self.workdir, "peer-%s.log" % name), self.args.peers_dir)
+        return peers.JavaPeer(
+            arm, self.args.peers_build, prefix=self.model.server_prefix,
+            java_opts=peers.java_opts(cpu_us, stall_fraction=f, stall_us=stalls_us,
+                                      pause_log=pause_log),
+            log_path=os.path.join(self.workdir, "peer-%s.log" % name),
+            peers_dir=self.args.peers_dir, jdk=witness.jdk(self.args, arm)).start()
 
     def calibrate(self):
         """x, cap and calib: cost.calibrate on the direct arm (echod's; the grpc-java peer's
@@ -111,33 +117,45 @@ class Run:
     def run_witness(self, arm):
         """One grpc-java arm of the peer through the same experiments as echod's, with flat
         work at the run's scale (witness.cpu_us) after its JIT's warm-up: its results in
-        self.wres[witness.label(arm)]. The peer draws stalls server-wide (-Dpeer.stall_*), so
-        with the grid's stalls its grid runs on a peer of its own."""
+        self.wres[witness.label(arm)]; the stream ramps too for the arms in the findings' direct
+        and virtual roles (witness.stream_arms: F5), at fractions of the unary capacity (the
+        peer's flat work is per message as per call). The peer draws stalls server-wide
+        (-Dpeer.stall_*), so with the grid's stalls its grid runs on a peer of its own."""
         name = witness.label(arm)
         n = witness.cpu_us(self)
-        log("== %s (grpc-java peer, -Dpeer.cpu_us=%d)" % (name, n))
-        # the witness is the fixed-rate grid and the unary ramp (issue 30): no stream ramp; its
-        # probe at least 3 s (after --quick's short warm-up its compiler threads may still hold
-        # the CPU for a second)
+        log("== %s (grpc-java peer on JDK %d, -Dpeer.cpu_us=%d)" % (
+            name, witness.jdk(self.args, arm), n))
+        streams = self.cap if arm in witness.stream_arms(self.witness) else None
+        # its probe at least 3 s (after --quick's short warm-up its compiler threads may still
+        # hold the CPU for a second)
         probe_s = max(3, self.plan.probe_s)
         if self.stalls:
             grid = self.with_peer(arm, n, name + "-stalls", lambda t: self.measure(
                 t, name, None, probe_s, ramp=False), self.stalls.us(n))
             self.wres[name] = self.with_peer(arm, n, name, lambda t: self.measure(
-                t, name, None, probe_s, grid=False))
+                t, name, streams, probe_s, grid=False))
             self.wres[name]["fixed"] = grid["fixed"]
         else:
             self.wres[name] = self.with_peer(arm, n, name, lambda t: self.measure(
-                t, name, None, probe_s))
+                t, name, streams, probe_s))
         return self.wres[name]
 
     def with_peer(self, arm, cpu_us, name, measure, stalls_us=0):
-        """measure(target) on a peer of `arm` started for it, after its JIT's warm-up."""
-        p = self.start_peer(arm, cpu_us, name, stalls_us)
+        """measure(target) on a peer of `arm` started for it, after its JIT's warm-up, its JVM
+        read over the measured part (witness.MeasuredRun: self.wrun[name]["jvm"])."""
+        pauses = os.path.join(self.workdir, "peer-" + witness.gc_log_name(name))
+        p = self.start_peer(arm, cpu_us, name, stalls_us, pause_log=pauses)
         try:
             target = peer_target(p)
-            self.wrun[name] = {"warmup": witness.warm_up(self, target), "log": p.log_path}
-            return measure(target)
+            info = self.wrun[name] = {"warmup": witness.warm_up(self, target), "log": p.log_path,
+                                      "pause_log": pauses, "jdk": witness.jdk(self.args, arm)}
+            m = witness.MeasuredRun(p.pid, pauses)
+            out = measure(target)
+            info["jvm"] = m.close()
+            why = witness.flag_reasons(info["jvm"])
+            log("  %s's JVM: %s%s" % (name, witness.jvm_text(info["jvm"]),
+                                      "; flagged: " + ", ".join(why) if why else ""))
+            return out
         finally:
             err = p.stop()
             if err:

@@ -9,7 +9,7 @@ peer of echodlib.peers) needs only a Target of its own.
 
 import time
 
-from .. import cgroup, daemon, peers, procstat, prom
+from .. import cgroup, daemon, procstat, prom
 from . import log
 
 SERVICE = "grpc.examples.echo.Echo"
@@ -83,13 +83,6 @@ def start_echod(binary, model, arm_file, sets, log_path, prometheus=None, name=N
         prometheus.add_target(d.admin_port, arm=name)
         prometheus.wait_up(d.admin_port)
     return d
-
-
-def start_peer(model, arm, build, java_opts, log_path, peers_dir=peers.PEERS_DIR):
-    """The grpc-java peer's `arm` (direct, default, fixed:N) under the CPU model's prefix, as
-    echod runs (pinned to the server CPU, or in the quota's cgroup)."""
-    return peers.JavaPeer(arm, build, prefix=model.server_prefix, java_opts=java_opts,
-                          log_path=log_path, peers_dir=peers_dir).start()
 
 
 class Window:
