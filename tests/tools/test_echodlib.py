@@ -712,6 +712,19 @@ class Findings(unittest.TestCase):
         self.assertEqual(sorted(outputs.sources(Run)), ["capacity", "model.low-load",
                                                         "model.plateaus"])
 
+    def test_series_apart_from_study_json(self):
+        """study.json without the ramps' per-second series, each kept under its path for
+        ramp-series.json; the results themselves untouched."""
+        res = {"direct": {"ramp": {"series": [{"t": 1}], "steps": [{"series": "a name"}]},
+                          "extra_ramps": [{"series": [{"t": 2}]}]}}
+        out = {}
+        doc = outputs.without_series({"results": res, "quick": True}, "", out)
+        self.assertEqual(out, {"results/direct/ramp/series": [{"t": 1}],
+                               "results/direct/extra_ramps/0/series": [{"t": 2}]})
+        self.assertEqual(doc, {"results": {"direct": {"ramp": {"steps": [{"series": "a name"}]},
+                                                      "extra_ramps": [{}]}}, "quick": True})
+        self.assertEqual(res["direct"]["ramp"]["series"], [{"t": 1}])
+
     def test_weakest_order(self):
         self.assertEqual(F.weakest(["reproduced", "fitted"]), "fitted")
         self.assertEqual(F.weakest(["reproduced", "identity"]), "identity")

@@ -189,7 +189,8 @@ def measure_peer_arm(args, arm, workdir, res, drivers, rate, runs):
     capacity): the thread-group windows in runs[arm]."""
     with peer_load.PeerArm(args, arm, workdir, drivers) as p:
         load = Load(args, p.peer.port, workdir)
-        one = {"warmup": p.warmup, "idle": p.idle(args.idle_seconds)}
+        one = {"warmup": p.warmup, "idle": p.idle(args.idle_seconds),
+               "java": peers.java_version(p.peer.log_tail(1 << 20))}
         one["sat"] = p.saturation(args.seconds)
         # the warm-up drove the unary path alone: a short stream run first, so that the stream
         # window's CPU (the JVM's whole, compiler included) does not pay for compiling that path
@@ -342,8 +343,9 @@ def render_loads(out):
           "each thread group (a voluntary switch of a receiving thread is one time it parked). "
           "net: the JVM's CPU less its compiler threads' and the background's share (B x the "
           "window's seconds). exited: CPU of threads that ended inside the window. Warm-up: "
-          "%s.\n" % "; ".join("%s %s s%s" % (a, fmt.num(l["warmup"]["seconds"], 0), "" if
-                                               l["warmup"]["settled"] else " (not settled)")
+          "%s.\n" % "; ".join("%s%s %s s%s" % (a, " (java %s)" % l["java"] if l.get("java") else "",
+                                                 fmt.num(l["warmup"]["seconds"], 0), "" if
+                                                 l["warmup"]["settled"] else " (not settled)")
                               for a, l in out["loads"].items()))
     print("\n".join(peer_load.load_table(out["loads"], out["arms"])))
     for pool, d in derivations(out).items():

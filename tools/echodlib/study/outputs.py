@@ -265,7 +265,35 @@ def write(run, t_start):
     text = markdown(run, found, elapsed, variant_text, problems, witness_md)
     with open(os.path.join(args.out, "study.md"), "w") as fh:
         fh.write(text)
+    series = {}
+    doc = without_series(dict(document(run, found, elapsed, variant, variant_text, problems),
+                              witness=witness_doc), "", series)
+    if series:
+        doc["series_file"] = SERIES_FILE
+        with open(os.path.join(args.out, SERIES_FILE), "w") as fh:
+            json.dump(series, fh)
     with open(os.path.join(args.out, "study.json"), "w") as fh:
-        json.dump(dict(document(run, found, elapsed, variant, variant_text, problems),
-                       witness=witness_doc), fh, indent=1)
+        json.dump(doc, fh, indent=1)
     return text
+
+
+# The per-second samples of each k6 ramp (k6's VUs, drops and CPU, the server's calls in flight),
+# apart from study.json: a full run's are megabytes, its findings and steps a few hundred KB.
+SERIES_FILE = "ramp-series.json"
+
+
+def without_series(obj, path, out):
+    """A copy of `obj` without its `series` lists, each put in out[its path in obj] (keys joined
+    by "/", list items by index: "results/direct/ramp/series")."""
+    if isinstance(obj, dict):
+        copy = {}
+        for k, v in obj.items():
+            where = "%s/%s" % (path, k) if path else str(k)
+            if k == "series" and isinstance(v, list):
+                out[where] = v
+            else:
+                copy[k] = without_series(v, where, out)
+        return copy
+    if isinstance(obj, list):
+        return [without_series(v, "%s/%d" % (path, i), out) for i, v in enumerate(obj)]
+    return obj
