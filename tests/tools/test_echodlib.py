@@ -1230,6 +1230,14 @@ class StudyDrivers(unittest.TestCase):
                                   "0.00, 0.00 |")
         self.assertEqual(tables.dispatch_table({"direct": {"ramp": [{"fraction": 0.8}]}},
                                                ["direct"]), [])
+        # the capped regime's extra ramps (the study's own caps) after the arm's own
+        rows = tables.dispatch_table({"direct-drain": {
+            "ramp": [{"fraction": 0.8, "dispatch": d}],
+            "extra_ramps": [{"name": "direct-drain@0.716s", "ramp": [{"fraction": 1.2,
+                                                                       "dispatch": d}],
+                             "ramp_run": None}]}}, ["direct-drain"])
+        self.assertEqual([r.split(" | ")[:2] for r in rows[2:]],
+                         [["| direct-drain", "0.8"], ["| direct-drain@0.716s", "1.2"]])
 
     def test_stream_step(self):
         doc = {"summary": {"metrics": {"echo_sent{stage:s02}": {"values": {"count": 900}},

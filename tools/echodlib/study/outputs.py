@@ -180,7 +180,8 @@ def markdown(run, found, elapsed, variant_text, problems, witness_md=()):
                "`echod_loop_read_batch_connections`, `echod_loop_wakeups_total`, "
                "`echod_handoffs_total`): when the answers were written, how many connections "
                "one read batch served, how often the loop slept and what woke it, and how many "
-               "hand-offs found their receiver parked.", ""] + dispatch + [""]
+               "hand-offs found their receiver parked; the extra ramps at the study's own caps "
+               "after each arm's own.", ""] + dispatch + [""]
     md += ["deploy/report's plots: ![p99 vs offered](ramp/p99-vs-offered.png) "
            "![goodput vs offered](ramp/goodput-vs-offered.png)", ""]
     throttle = tables.throttle_table(res, arms, plan)

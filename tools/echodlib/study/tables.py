@@ -159,14 +159,15 @@ def slices_table(res, arms, plan):
 
 
 def dispatch_table(res, arms):
-    """Per arm and unary ramp step, what echod's dispatch did per call answered, from its own
-    counters: flushes by trigger, the mean read batch (connections a batch served), the loop's
-    wake-ups by cause, and hand-offs by what they found (parked: a waking one). Empty when no
-    step has them."""
-    rows = [(a, s) for a in arms for s in res[a]["ramp"] if s.get("dispatch")]
+    """Per unary ramp step of every arm (its own ramp, then the extra ones at other caps), what
+    echod's dispatch did per call answered, from its own counters: flushes by trigger, the mean
+    read batch (connections a batch served), the loop's wake-ups by cause, and hand-offs by what
+    they found (parked: a waking one). Empty when no step has them."""
+    rows = [(name, s) for a in arms for name, steps, _ in regimes.ramps(res[a], a)
+            for s in steps if s.get("dispatch")]
     if not rows:
         return []
-    out = ["| arm | offered (x) | flushes / call: loop tail, read complete, loop task | mean read "
+    out = ["| ramp | offered (x) | flushes / call: loop tail, read complete, loop task | mean read "
            "batch (connections) | loop wake-ups / call: I/O, task | hand-offs / call: parked, "
            "running |", "|---|---:|---|---:|---|---|"]
     for a, s in rows:
