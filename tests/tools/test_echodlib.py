@@ -928,6 +928,21 @@ class CappedRegime(unittest.TestCase):
             "measured k6, not the server)"])
         self.assertEqual([n for n, _, _ in regimes.ramps(res["direct"], "direct")],
                          ["direct", "direct@0.716s"])
+        # a step whose server's CPU others took (pinned: other processes, steal), in the grid
+        # or a ramp; 10% is the limit, None (a quota) is no reading
+        res["direct"]["fixed"] = [{"driver": "k6 (constant-arrival-rate)", "offered": 50,
+                                   "server_cpu_other": 0.25}]
+        res["direct"]["ramp"][0]["server_cpu_other"] = 0.10
+        res["direct"]["ramp"][1]["server_cpu_other"] = None
+        res["direct"]["extra_ramps"][0]["ramp"][0]["server_cpu_other"] = 0.12
+        self.assertEqual(quick.problems(res, ["direct"])[2:], [
+            "direct, grid k6 (50/s): other processes or the host took 25% of the server's CPU "
+            "(at most 10%: the step measured the machine, not the server)",
+            "direct@0.716s, ramp 1.2x (600/s): other processes or the host took 12% of the "
+            "server's CPU (at most 10%: the step measured the machine, not the server)"])
+        self.assertAlmostEqual(server.other_share(9.0, 7.5, 10.0), 0.15)
+        self.assertEqual(server.other_share(7.0, 7.5, 10.0), 0.0)
+        self.assertIsNone(server.other_share(None, 7.5, 10.0))
 
 
 class Costs(unittest.TestCase):

@@ -249,6 +249,20 @@ def cpu_times():
     return out
 
 
+def cpu_taken_s(cpu):
+    """Seconds CPU `cpu` has run anything but interrupts (user, nice, system) or had its time
+    taken by the hypervisor (steal), from /proc/stat; None when there is no such CPU. Less a
+    process's own CPU clock over the same interval: what other processes and the host took of
+    the CPU that process was pinned to (its softirq, the network work it causes, left out)."""
+    with open("/proc/stat") as f:
+        for line in f:
+            p = line.split()
+            if p[0] == "cpu%d" % cpu:
+                v = list(map(int, p[1:]))
+                return (v[0] + v[1] + v[2] + v[7]) / float(CLK_TCK)
+    return None
+
+
 def busy_share(a, b, cpu):
     """Share of the interval between two cpu_times() this CPU was busy (any process)."""
     try:

@@ -320,6 +320,7 @@ def ramp_step(doc, st, frac, t0, smp, vus, t_end):
                        "p99_ms": metric(doc, "grpc_req_duration" + kk, "p(99)"),
                        "count": metric(doc, "grpc_req_duration" + kk, "count") or 0})
     dcpu, dt = smp.delta(a, b, "echod_cpu")
+    dtaken, _ = smp.delta(a, b, "server_cpu_taken")
     dok, _ = smp.delta(a, b, "echod_ok")
     dk6, dtk = smp.delta(a, b, "k6_cpu")
     vus_mean, vus_max = smp.stats(a, b, "k6_busy_vus")
@@ -359,6 +360,7 @@ def ramp_step(doc, st, frac, t0, smp, vus, t_end):
         "k6_rss_mb": max(rss) / 1024.0 if rss else None,
         "server_cpu_s": dcpu, "wall_s": dt, "cpu_us_per_call": per,
         "cpu_millicores": dcpu / dt * 1000.0 if dcpu and dt else None, "cfs": cfs,
+        "server_cpu_other": server.other_share(dtaken, dcpu, dt),
         "dispatch": dispatch,
         # a time range for --prometheus: from the step's start to the run's end, where k6's
         # cumulative series of the step hold its totals (its late answers included); the

@@ -41,6 +41,11 @@ from .. import findings as F
 
 OPEN_MODEL_SENT = 0.97  # a step keeps the open model when it sent this share of its offer
 K6_CORE = 0.9  # a capped step whose k6 used this share of its core or more measured k6
+# A step in which others took more than this share of the server's own CPU (other processes,
+# the hypervisor's steal; pinned only) measured the machine, not the server, as one whose k6
+# filled its core measured k6: on this machine, quiet, others take 0-3% of it
+# (bench/results/model/peer.md's "other load on the server CPU").
+SERVER_CPU_OTHER = 0.10
 # --quick's cap: its 2 s top step builds at most 0.2 x 2 s = 0.4 s of capacity in flight, so the
 # study's 1.994 s would never bind there; 0.2 s fills within about a second and k6 drops the rest
 QUICK_CAP_S = 0.2
@@ -213,6 +218,25 @@ class K6Ramp:
     def extra_caps(self, arm, capacity):
         return []
 
+    def cpu_problems(self, res, arms):
+        """The grid's and ramps' steps in which others took more than SERVER_CPU_OTHER of the
+        server's own CPU (pinned: other processes, the hypervisor's steal): such a step measured
+        the machine, as one whose k6 filled its core measured k6."""
+        out = []
+        for arm in arms:
+            steps = [(arm, "grid %s" % s["driver"].split(" ")[0], s)
+                     for s in res[arm].get("fixed") or []]
+            steps += [(name, "ramp %.2gx" % s["fraction"], s)
+                      for name, ramp, _ in ramps(res[arm], arm) for s in ramp]
+            for name, where, s in steps:
+                if (s.get("server_cpu_other") or 0) > SERVER_CPU_OTHER:
+                    out.append("%s, %s (%d/s): other processes or the host took %.0f%% of the "
+                               "server's CPU (at most %.0f%%: the step measured the machine, not "
+                               "the server)" % (name, where, s["offered"],
+                                                100 * s["server_cpu_other"],
+                                                100 * SERVER_CPU_OTHER))
+        return out
+
     def stream_problems(self, res, arms):
         """The stream steps that did not keep their schedule (every message due sent or shed)."""
         out = []
@@ -280,7 +304,7 @@ class OpenModel(K6Ramp):
                 out.append("%s, ramp %.2gx (%d/s): sent %.3f of the offered calls, k6 dropped %d "
                            "iterations%s" % (arm, s["fraction"], s["offered"], s["sent_ratio"],
                                              s["dropped"], ": " + "; ".join(why) if why else ""))
-        return out + self.stream_problems(res, arms)
+        return out + self.stream_problems(res, arms) + self.cpu_problems(res, arms)
 
 
 class Capped(K6Ramp):
@@ -362,4 +386,4 @@ class Capped(K6Ramp):
                         out.append("%s: k6 used %.2f of its core (at most %.2f: the step "
                                    "measured k6, not the server)" % (where, s["k6_cores"],
                                                                      K6_CORE))
-        return out + self.stream_problems(res, arms)
+        return out + self.stream_problems(res, arms) + self.cpu_problems(res, arms)

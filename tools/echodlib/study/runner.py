@@ -65,11 +65,11 @@ class Run:
         def measure(x, i):
             if self.arms:
                 srv = self.start_echod("direct", x, "calibrate-%d" % i)
-                target = echod_target(srv)
+                target = echod_target(srv, self.model.server_cpu)
                 self.drivers.capacity(target, 1)  # warm-up
             else:
                 srv = self.start_peer("direct", x, "calibrate-%d" % i)
-                target = peer_target(srv)
+                target = peer_target(srv, self.model.server_cpu)
                 witness.warm_up(self, target)
             try:
                 return self.drivers.cpu_per_call(target, self.plan.calib_s)
@@ -105,8 +105,8 @@ class Run:
         log("== %s" % arm)
         d = self.start_echod(arm, self.x, arm)
         try:
-            self.res[arm] = self.measure(echod_target(d), arm, self.cost.stream_capacity(self.x,
-                                                                                        self.cap))
+            self.res[arm] = self.measure(echod_target(d, self.model.server_cpu), arm,
+                                         self.cost.stream_capacity(self.x, self.cap))
         finally:
             err = d.stop()
             d.close_log()
@@ -146,7 +146,7 @@ class Run:
         pauses = os.path.join(self.workdir, "peer-" + witness.gc_log_name(name))
         p = self.start_peer(arm, cpu_us, name, stalls_us, pause_log=pauses)
         try:
-            target = peer_target(p)
+            target = peer_target(p, self.model.server_cpu)
             info = self.wrun[name] = {"warmup": witness.warm_up(self, target), "log": p.log_path,
                                       "pause_log": pauses, "jdk": witness.jdk(self.args, arm)}
             m = witness.MeasuredRun(p.pid, pauses)

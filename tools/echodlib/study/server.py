@@ -17,13 +17,19 @@ SERVICE = "grpc.examples.echo.Echo"
 
 class Target:
     """A server the drivers measure: grpc_port on host, its process pid, scrape() -> the text
-    of its /metrics, or None."""
+    of its /metrics, or None; server_cpu, the CPU it is pinned to alone (None under a quota),
+    on which other load is read (taken_s)."""
 
-    def __init__(self, grpc_port, pid, scrape=None, host="127.0.0.1"):
+    def __init__(self, grpc_port, pid, scrape=None, host="127.0.0.1", server_cpu=None):
         self.grpc_port = grpc_port
         self.host = host
         self.pid = pid
         self.scrape = scrape
+        self.server_cpu = server_cpu
+
+    def taken_s(self):
+        """The server CPU's seconds run by anyone (procstat.cpu_taken_s), or None."""
+        return None if self.server_cpu is None else procstat.cpu_taken_s(self.server_cpu)
 
     @property
     def grpc_target(self):
@@ -34,14 +40,22 @@ class Target:
         return prom.samples(self.scrape()) if self.scrape else []
 
 
-def echod_target(d):
+def echod_target(d, server_cpu=None):
     """The Target of a started daemon.Echod."""
-    return Target(d.grpc_port, d.pid, d.scrape)
+    return Target(d.grpc_port, d.pid, d.scrape, server_cpu=server_cpu)
 
 
-def peer_target(p):
+def peer_target(p, server_cpu=None):
     """The Target of a started peers.Peer: no /metrics (its calls are the driver's counts)."""
-    return Target(p.port, p.pid)
+    return Target(p.port, p.pid, server_cpu=server_cpu)
+
+
+def other_share(taken_s, server_cpu_s, wall_s):
+    """What others took of the server's CPU over a window: its seconds run by anyone less the
+    server's own, over the wall time (None without a pinned CPU or a CPU clock)."""
+    if taken_s is None or server_cpu_s is None or not wall_s:
+        return None
+    return max(0.0, (taken_s - server_cpu_s) / wall_s)
 
 
 class CpuModel:
@@ -52,6 +66,8 @@ class CpuModel:
     def __init__(self, name, server_cpu, client_cpu):
         self.name = name
         self.group = None
+        # the server's own CPU, where other load is read (none under a quota)
+        self.server_cpu = int(server_cpu) if name == "pinned" else None
         self.client_prefix = ["taskset", "-c", str(client_cpu)]
         if self.name == "pinned":
             self.server_prefix = ["taskset", "-c", str(server_cpu)]
@@ -93,6 +109,7 @@ class Window:
         self.target = target
         m0 = self.settled()
         self.cpu0 = procstat.cpu_clock(target.pid)
+        self.taken0 = target.taken_s()
         self.t0 = time.monotonic()
         self.unix0 = time.time()  # the step's time range, for PromQL (study.json t_start, t_end)
         self.m0 = m0
@@ -111,6 +128,7 @@ class Window:
     def close(self):
         m1 = self.settled()
         cpu1 = procstat.cpu_clock(self.target.pid)
+        taken1 = self.target.taken_s()
         t1 = time.monotonic()
         self.unix1 = time.time()
 
@@ -131,6 +149,9 @@ class Window:
         # a closed-loop probe has as much of as its driver's pace gives it
         self.wakeup_s = delta("echod_work_model_cpu_seconds_total", kind="wakeup")
         self.wall_s = t1 - self.t0
+        self.cpu_other = other_share(
+            taken1 - self.taken0 if taken1 is not None and self.taken0 is not None else None,
+            self.cpu_s, self.wall_s)
         # echod's own cgroup cpu.stat, as a cluster user would scrape it: under the quota model
         # whether the step was throttled; the kernel counts a period when it ends, so the last
         # one (100 ms of a step's 10-15 s) may fall in the next window
@@ -166,7 +187,7 @@ class Window:
         return {"server_cpu_s": self.cpu_s, "wall_s": self.wall_s, "cpu_us_per_call": per,
                 "t_start": self.unix0, "t_end": self.unix1,
                 "cpu_millicores": per * calls / seconds / 1000.0 if per else None,
-                "cfs": self.cfs}
+                "cfs": self.cfs, "server_cpu_other": self.cpu_other}
 
 
 CFS_COUNTERS = (("cfs_periods", "echod_cgroup_cpu_periods_total"),
@@ -194,6 +215,9 @@ def probe(target):
     calls in flight, cgroup CPU counters and dispatch counters (DISPATCH_COUNTERS)."""
     def sample():
         out = {"echod_cpu": procstat.cpu_clock(target.pid)}
+        taken = target.taken_s()
+        if taken is not None:
+            out["server_cpu_taken"] = taken
         if not target.scrape:
             return out
         m = target.samples()

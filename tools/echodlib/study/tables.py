@@ -6,6 +6,13 @@ from . import regimes
 from .figures import in_seconds, published_in_flight, published_p99, step_at, stream_plateau
 
 
+def taken(s):
+    """A step's mark when others took its server's CPU (regimes.SERVER_CPU_OTHER), else ""."""
+    other = s.get("server_cpu_other") or 0
+    return " **others took %.0f%% of its CPU**" % (100 * other) \
+        if other > regimes.SERVER_CPU_OTHER else ""
+
+
 def fixed_table(res, arms):
     """The fixed-rate grid: a row per arm and driver, and direct's ratios to the pool arm
     beside the published ones."""
@@ -17,7 +24,7 @@ def fixed_table(res, arms):
                 arm, s["driver"].split(" ")[0], s["offered"],
                 fmt.num(s["ok"] / s["duration_s"], 0), fmt.num(s["p50_ms"], 2),
                 fmt.num(s["p99_ms"], 2), fmt.num(s["cpu_us_per_call"]),
-                fmt.num(s["cpu_millicores"], 0), s["failed"]))
+                fmt.num(s["cpu_millicores"], 0) + taken(s), s["failed"]))
     out.append("")
     out.append("Published (grpc-java, k6): virtual threads p50 ~3.1 ms, p99 65-72 ms, 220 millicores CPU; "
                "directExecutor() -5% p50, 2x p99, -35% CPU.")
@@ -136,8 +143,8 @@ def capped_table(res, arms, capacity):
                                fmt.num(s["echod_in_flight_max"], 0),
                                calls_and_seconds(s["little_p99_in_flight"], capacity),
                                calls_and_seconds(pub, F.STUDY_CAPACITY),
-                               fmt.num(s["k6_cores"], 2), " **k6**" if (s["k6_cores"] or 0)
-                               >= regimes.K6_CORE else ""))
+                               fmt.num(s["k6_cores"], 2), (" **k6**" if (s["k6_cores"] or 0)
+                                                           >= regimes.K6_CORE else "") + taken(s)))
     return out
 
 
