@@ -145,11 +145,10 @@ class KillClients(unittest.TestCase):
             for _ in range(ROUNDS):
                 self.kill_round(d, rnd, sleep_us)
             after = self.settle(d, threads=base["threads"])
-            # A descriptor can outlive the gauges that settle() waits for by a moment: once under
-            # valgrind on a loaded machine (tests/memcheck.sh, CI of 2026-12-03) one was still
-            # open at the first quiet scrape (22 against 21), and the same run's test_abuse saw
-            # the same; no quiet rerun showed it. Its cause is not pinned; a leaked one would
-            # stay, so the count is waited for, then compared exactly.
+            # A scrape is not a snapshot: process_open_fds is read before the gauges settle()
+            # waits for, so the first quiet scrape can still count a descriptor whose connection
+            # closed between the two reads (memcheck, CI of 2026-12-03: 22 against 21). A leaked
+            # one would stay, so the count is waited for, then compared exactly.
             if after["fds"] != base["fds"]:
                 after = snapshot(d.wait_metrics(lambda m: snapshot(m)["fds"] == base["fds"], 10 * SLOW,
                                                 "open descriptors back to %d" % base["fds"]))
