@@ -579,6 +579,17 @@ class QuickWitnessStudy(StudyRun):
                     self.assertIsNotNone(p["measured"], (fd["id"], p["figure"], flagged))
         self.assertEqual(sorted(w["findings_merged"][0]["variants"]),
                          sorted([self.data["label"], "witness:grpc-java"]))
+        # echod's findings judged against grpc-java's of this run, part by part
+        from echodlib import findings as F
+        self.assertEqual([r["id"] for r in w["against"]], [f["id"] for f in w["findings"]])
+        for r, fd in zip(w["against"], w["findings"]):
+            for p, q in zip(r["parts"], fd["parts"]):
+                self.assertIn(p["verdict"], F.AGAINST, (r["id"], p))
+                if fd.get("not_judged") and q["figure"] in fd["not_judged"]["parts"]:
+                    self.assertEqual(p["verdict"], "not judged", (r["id"], p))
+                elif p["echod"] is not None and q["measured"] is not None:
+                    self.assertEqual(p["verdict"], F.against_part(p["key"], p["echod"],
+                                                                  q["measured"])[1])
         # the grid ran on the peer with the grid's stalls (its own) when there is one: its rows say
         # whether that peer's JIT had settled (a --quick warm-up of 6 s often has not)
         grid_peer = w["runs"].get("java-direct-stalls") or w["runs"]["java-direct"]
@@ -588,7 +599,8 @@ class QuickWitnessStudy(StudyRun):
             md = f.read()
         for text in ("## Witness: grpc-java on this machine", "### The JVM over each measured run",
                      "### Findings, echod and grpc-java",
-                     "| %s | verdict | witness:grpc-java | verdict |" % self.data["label"],
+                     "| finding | figure | published | grpc-java here | shows it? | echod here | "
+                     "against published | echod / grpc-java | against grpc-java |",
                      "### Step by step, grpc-java / echod", "| java-direct | direct | %s |" % grid_step,
                      "Stream ramps (messages; java-direct, java-virtual):"):
             self.assertIn(text, md)

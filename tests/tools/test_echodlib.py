@@ -496,6 +496,38 @@ class Findings(unittest.TestCase):
                 self.assertEqual(p["verdict"], F.verdict(p["rule"], p["published"],
                                                          p["measured"], p["noise"]))
 
+    def test_against_the_witness(self):
+        """echod's parts against grpc-java's of the same run: echod over grpc-java within the
+        part's tolerance matches, outside differs, a part either lacks is not measured, one
+        whose grpc-java arm was flagged not judged (its would-be figure beside echod's); a
+        finding is its weakest part's; F4p, which the witness never runs, is left out."""
+        echod = F.compute(self.FIGURES, "flat")
+        java = F.compute(dict(self.FIGURES, cpu_per_call={"direct": 66.0, "virtual": 85.0},
+                              plateau={"direct": 1040.0, "virtual": 1030.0},
+                              stream_top_p99={"direct": 100.0}), "witness:grpc-java")
+        java[3]["not_judged"] = {"arms": ["java-direct-drain"], "verdict": "reproduced",
+                                 "parts": [java[3]["parts"][0]["figure"]],
+                                 "measured": {"F4.p99": 0.30}}
+        rows = {r["id"]: r for r in F.against(echod + [{"id": "F4p", "parts": []}], java)}
+        self.assertEqual(list(rows), ["F1", "F2", "F3", "F4", "F5"])
+        # F1: 0.66 against 0.78 (ratio 0.85: beyond ±0.10); F2 1.0 against 1.0
+        self.assertEqual((rows["F1"]["verdict"], rows["F2"]["verdict"]), ("differs", "matches"))
+        self.assertAlmostEqual(rows["F1"]["parts"][0]["ratio"], (66 / 100) / (66 / 85))
+        # F3's plateau 1.04 against 1.01 is within ±0.05, its p99 the same figures
+        self.assertEqual([p["verdict"] for p in rows["F3"]["parts"]], ["matches", "matches"])
+        self.assertEqual([p["verdict"] for p in rows["F4"]["parts"]], ["not judged", "matches"])
+        self.assertAlmostEqual(rows["F4"]["parts"][0]["java"], 0.30)
+        self.assertEqual(rows["F4"]["parts"][0]["java_verdict"], "not judged")
+        self.assertEqual(rows["F4"]["verdict"], "not judged")
+        self.assertEqual([p["verdict"] for p in rows["F5"]["parts"]],
+                         ["matches", "not measured", "matches"])
+        self.assertEqual(rows["F5"]["verdict"], "not measured")
+        self.assertEqual(F.against_part("F5.shed", 30.0, 16.0), (1.875, "matches"))
+        self.assertEqual(F.against_part("F4.goodput", 1.06, 1.0)[1], "differs")
+        md = "\n".join(F.against_table(list(rows.values())))
+        self.assertIn("| 0.66 | reproduced | 0.85 | differs (tolerance ±0.1) (**differs**) |", md)
+        self.assertIn("| not measured |\n", md)
+
     def test_study_caps(self):
         """Little's law on the study's top step: direct 1,993.9 ms x 2,140/s = 4,267 calls,
         1.994 s of its capacity; the drain run 717.1 ms x 2,137/s = 1,532, 0.716 s."""

@@ -52,6 +52,16 @@ F3 and F4 compare arms of one run, so in a capped run at matched caps (every arm
 run's cap). F4 is also judged at the study's own caps (F4p, when the run measured them: the
 drain at STUDY_CAP_S["direct-drain"], direct at STUDY_CAP_S["direct"]), with the ratio the cap
 difference alone gives (direct at the one cap against direct at the other) in its detail.
+
+Against the witness (against()): in a run with grpc-java's arms beside echod's, each of echod's
+parts is also judged against the same part measured on the real grpc-java in the same run, the
+judge the published figure can only stand in for: *matches* where echod's ratio is within
+AGAINST_TOL of grpc-java's (the ratio of the two ratios within 1 +- the tolerance), *differs*
+outside, *not judged* where the grpc-java arm was flagged (its compiler or GC), *not measured*
+where either run lacks it. The tolerances are those a user's choice of executor can bear: a
+capacity or goodput ratio within 0.05, a CPU ratio within 0.10, a tail ratio within 0.15, the
+stream-over-unary plateau within 0.10, the shed ratio (a count of a few messages) within a
+factor of two.
 """
 
 import math
@@ -68,6 +78,12 @@ HALF, TWICE = 0.5, 2.0
 VERDICTS = ("not measured", "not", "in direction", "identity", "fitted", "reproduced")
 IDENTITY, FITTED, PARTLY = "identity", "fitted", "partly fitted"
 AGREEMENT = ("reproduced", "in direction")  # what an input set from the figure can explain away
+# echod's part against grpc-java's of the same run (against()): weakest first, so a finding
+# differs where any part does
+AGAINST = ("differs", "not judged", "not measured", "matches")
+AGAINST_TOL = {"F1.cpu": 0.10, "F2.p99": 0.15, "F3.plateau": 0.05, "F3.p99": 0.15,
+               "F4.p99": 0.15, "F4.goodput": 0.05, "F4p.p99": 0.15, "F4p.goodput": 0.05,
+               "F5.plateau": 0.10, "F5.p99": 0.15, "F5.shed": 1.0}
 
 # --------------------------------------------------------------------------- published figures
 # The study (../shared/study/000_300a1f520d28abe2.txt): grpc-java on 1-CPU Guaranteed pods,
@@ -620,4 +636,67 @@ def merged_table(merged, labels):
             out.append("| %s | %s | %s |%s" % (
                 "**%s** %s" % (fd["id"], fd["title"]) if i == 0 else "", p["figure"],
                 num(p["published"], 2), "".join(" %s |" % c for c in cells)))
+    return out
+
+
+# --------------------------------------------------------------------------- against the witness
+
+def against_part(key, echod, java, not_judged=False):
+    """(echod / grpc-java, verdict) of one part's two measured ratios (module docstring)."""
+    if not_judged:
+        return ratio(echod, java), "not judged"
+    r = ratio(echod, java)
+    if r is None or r <= 0:
+        return r, "not measured"
+    tol = AGAINST_TOL.get(key, 0.05)
+    return r, "matches" if abs(math.log(r)) <= math.log(1 + tol) else "differs"
+
+
+def against(echod, java):
+    """echod's findings judged against grpc-java's of the same run (the witness's, by id; a
+    finding the witness lacks, such as F4p, is left out): [{id, title, verdict, parts: [{key,
+    figure, published, published_text, echod, echod_verdict, java, java_verdict, ratio, tol,
+    verdict}]}], a finding's verdict the weakest of its parts' (AGAINST). A witness finding
+    whose arm was flagged (`not_judged`) has its would-be figures beside echod's, not judged."""
+    by_id = {fd["id"]: fd for fd in java}
+    out = []
+    for fd in echod:
+        w = by_id.get(fd["id"])
+        if w is None:
+            continue
+        nj = w.get("not_judged")
+        parts = []
+        for i, (p, q) in enumerate(zip(fd["parts"], w["parts"])):
+            key = p.get("key") or part_keys(fd["id"])[i]  # a study.json from before parts had it
+            jm = q["measured"]
+            flagged = bool(nj) and p["figure"] in nj.get("parts", ())
+            if flagged:
+                jm = nj.get("measured", {}).get(key, jm)
+            r, v = against_part(key, p["measured"], jm, flagged)
+            parts.append({"key": key, "figure": p["figure"], "published": p["published"],
+                          "published_text": p["published_text"], "echod": p["measured"],
+                          "echod_verdict": part_text(p), "java": jm,
+                          "java_verdict": "not judged" if flagged else part_text(q), "ratio": r,
+                          "tol": AGAINST_TOL.get(key, 0.05), "verdict": v})
+        out.append({"id": fd["id"], "title": fd["title"], "parts": parts,
+                    "verdict": min((p["verdict"] for p in parts), key=AGAINST.index)})
+    return out
+
+
+def against_table(rows):
+    """Markdown of against(): per part the published ratio, grpc-java's here and whether it
+    shows the published effect, echod's here and its verdict against the published figure,
+    echod over grpc-java and the verdict against grpc-java (the finding's on its first row)."""
+    out = ["| finding | figure | published | grpc-java here | shows it? | echod here | "
+           "against published | echod / grpc-java | against grpc-java |",
+           "|---|---|---:|---:|---|---:|---|---:|---|"]
+    for fd in rows:
+        for i, p in enumerate(fd["parts"]):
+            out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s%s |" % (
+                "**%s** %s" % (fd["id"], fd["title"]) if i == 0 else "", p["figure"],
+                num(p["published"], 2), num(p["java"], 2), p["java_verdict"], num(p["echod"], 2),
+                p["echod_verdict"], num(p["ratio"], 2), p["verdict"] + (
+                    " (tolerance %s)" % ("2x" if p["tol"] >= 1 else "±%g" % p["tol"])
+                    if p["verdict"] in ("matches", "differs") else ""),
+                " (**%s**)" % fd["verdict"] if i == 0 else ""))
     return out

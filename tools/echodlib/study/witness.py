@@ -272,20 +272,21 @@ def role_results(wres, arms=None, flagged=()):
     return res, list(res)
 
 
-def findings(wres, cap, cpu, flagged=None, arms=None):
+def findings(wres, cap, cpu, flagged=None, arms=None, regime=None, sources=None):
     """The five findings from the witness arms (LABEL; `arms`, by default those wres holds),
-    without the `flagged` arms ({label: [why]}): a finding that one of them takes a role in is
-    "not measured" where it would have been measured, and says why in `not_judged` {"why",
-    "verdict": what it would read, "parts": the parts not judged}."""
+    in the run's `regime` with the inputs `sources` set from published figures (findings.
+    compute's), without the `flagged` arms ({label: [why]}): a finding that one of them takes a
+    role in is "not measured" where it would have been measured, and says why in `not_judged`
+    {"why", "verdict": what it would read, "parts": the parts not judged, "measured": {part
+    key: what it would read}}."""
     flagged = flagged or {}
-    res, names = role_results(wres, arms)
-    found_all = F.compute(measured_figures(res, names, cap, cpu), LABEL)
-    if not flagged:
-        return found_all
 
     def without(labels):
         res, names = role_results(wres, arms, labels)
-        return F.compute(measured_figures(res, names, cap, cpu), LABEL)
+        return F.compute(measured_figures(res, names, cap, cpu, regime=regime), LABEL, sources)
+    found_all = without(())
+    if not flagged:
+        return found_all
 
     def lost(fd, fa):
         return [i for i, (p, q) in enumerate(zip(fd["parts"], fa["parts"]))
@@ -300,7 +301,9 @@ def findings(wres, cap, cpu, flagged=None, arms=None):
             fd["not_judged"] = {"arms": who, "verdict": fa["verdict"],
                                 "why": "; ".join("%s flagged: %s" % (a, ", ".join(flagged[a]))
                                                  for a in who),
-                                "parts": [fa["parts"][i]["figure"] for i in parts]}
+                                "parts": [fa["parts"][i]["figure"] for i in parts],
+                                "measured": {fa["parts"][i]["key"]: fa["parts"][i]["measured"]
+                                             for i in parts}}
     return found
 
 
@@ -446,7 +449,7 @@ def outputs(run, found, variant, out, problems):
     arms."""
     if not run.wres:
         return [], None
-    from .outputs import experiment_reports, ramp_summaries  # outputs imports this module
+    from .outputs import experiment_reports, ramp_summaries, regime_doc  # outputs imports this
     from .runner import call_problems
     warms = list(run.wres)
     wdir = os.path.join(out, "witness")
@@ -467,9 +470,14 @@ def outputs(run, found, variant, out, problems):
             os.makedirs(wdir, exist_ok=True)
             shutil.copyfile(gc_log, os.path.join(wdir, gc_log_name(a)))
     flagged = flags(run.wrun)
-    found_w = findings(run.wres, run.cap, n, flagged, run.witness)
+    # the run's regime and inputs, as echod's findings had them: the witness runs no ramp at
+    # the study's own caps (F4p is echod's alone), and its work is flat
+    regime = dict(regime_doc(run), published_caps=False)
+    found_w = findings(run.wres, run.cap, n, flagged, run.witness, regime, F.run_sources(
+        "flat", None, run.stalls is not None, regime))
     runs = [(variant, found), (LABEL, found_w)] if run.arms else [(LABEL, found_w)]
     merged = F.merge(runs)
+    against = F.against(found, found_w) if run.arms else []
     rows = comparison(run.res, run.wres, run.witness, run.plan, unsettled(run.wrun))
     srows = stream_comparison(run.res, run.wres, run.witness, run.plan)
     role = roles(run.witness)
@@ -505,7 +513,16 @@ def outputs(run, found, variant, out, problems):
            "The five findings from the witness arms as from echod's: %s%s." % (
                role_text or "no arm in a role", "; no arm in the %s role, so what needs it is "
                "not measured there" % " or ".join(missing) if missing else ""), ""]
-    md += F.merged_table(merged, [l for l, _ in runs])
+    if against:
+        md += ["Each part three times: the published figure, the real grpc-java's here (and "
+               "whether it shows the published effect, by the study's rule), echod's here (and "
+               "its verdict against the published figure); then echod's judged against "
+               "grpc-java's of this run, the better judge: *matches* within the tolerance "
+               "given, else *differs* (findings.AGAINST_TOL). echod's column is this run's %s; "
+               "grpc-java's had flat work at the run's scale." % variant, ""]
+        md += F.against_table(against)
+    else:
+        md += F.merged_table(merged, [l for l, _ in runs])
     nj = [fd for fd in found_w if fd.get("not_judged")]
     if nj:
         md += [""] + ["- %s not judged on grpc-java (it would read %s): %s flagged (the JVM "
@@ -523,5 +540,6 @@ def outputs(run, found, variant, out, problems):
            "cpu_us": n, "runs": info,
            "limits": {"compiler_max_share": COMPILER_MAX_SHARE, "gc_max_share": GC_MAX_SHARE},
            "flagged": flagged, "results": run.wres, "findings": found_w,
-           "findings_merged": merged, "comparison": rows, "stream_comparison": srows}
+           "findings_merged": merged, "against": against, "comparison": rows,
+           "stream_comparison": srows}
     return md, doc
