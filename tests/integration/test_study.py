@@ -506,7 +506,7 @@ class QuickWitnessStudy(StudyRun):
     the findings it takes a role in are not judged), the findings' witness column, the per-step
     tables. Figures are not asserted (a --quick warm-up rarely lets the JIT settle)."""
 
-    ARGS = ("--arms", ",".join(WITNESS_ARMS), "--witness", ",".join(WITNESS_ARMS))
+    ARGS = ("--arms", ",".join(WITNESS_ARMS), "--witness", ",".join(WITNESS_ARMS), "--mux")
     PREFIX = "study-witness-test-"
 
     def test_witness_beside_echod(self):
@@ -551,6 +551,30 @@ class QuickWitnessStudy(StudyRun):
             self.assertEqual(row["witness"], "java-" + row["echod"])
             for k in ("p99_ms", "goodput"):
                 self.assertIsNotNone(row["witness_fig"][k], row)
+        # the multiplexed shape on every arm of both servers: a closed loop, then the open
+        # top step (--quick's ramp has 0.4x and 1.2x), every call answered
+        from echodlib.study import mux
+        for name, r in [(a, self.data["results"][a]) for a in WITNESS_ARMS] + \
+                [("java-" + a, w["results"]["java-" + a]) for a in WITNESS_ARMS]:
+            m = r["mux"]
+            self.assertEqual([m["closed"]["stage"]] + [s["stage"] for s in m["open"]],
+                             ["closed", "open 1.2x"], name)
+            self.assertIsNone(m["closed"]["offered"])
+            for s in [m["closed"]] + m["open"]:
+                self.assertIn("%d connections" % mux.MUX_CONNS, s["driver"])
+                self.assertGreater(s["ok"], 0, (name, s))
+                self.assertEqual(s["failed"], 0, (name, s))
+                self.assertIsNotNone(s["p99_ms"], (name, s))
+        self.assertEqual([f["title"] for f in self.data["mux"]["figures"]],
+                         ["closed-loop capacity, virtual / direct",
+                          "p99, direct-drain / direct at 1.2x",
+                          "goodput, direct-drain / direct at 1.2x"])
+        for f in self.data["mux"]["figures"]:
+            self.assertIsNotNone(f["value"], f)
+        self.assertEqual([r["title"] for r in w["mux_against"]],
+                         [f["title"] for f in self.data["mux"]["figures"]])
+        for r in w["mux_against"]:
+            self.assertIn(r["verdict"], ("matches", "differs", "not judged"), r)
         # the JVM over each peer's measured run, and the flags as the limits give them
         for name, run in w["runs"].items():
             m = run["jvm"]
@@ -601,6 +625,7 @@ class QuickWitnessStudy(StudyRun):
                      "### Findings, echod and grpc-java",
                      "| finding | figure | published | grpc-java here | shows it? | echod here | "
                      "against published | echod / grpc-java | against grpc-java |",
+                     "## Multiplexed clients", "### Multiplexed clients, echod and grpc-java",
                      "### Step by step, grpc-java / echod", "| java-direct | direct | %s |" % grid_step,
                      "Stream ramps (messages; java-direct, java-virtual):"):
             self.assertIn(text, md)

@@ -528,6 +528,38 @@ class Findings(unittest.TestCase):
         self.assertIn("| 0.66 | reproduced | 0.85 | differs (tolerance ±0.1) (**differs**) |", md)
         self.assertIn("| not measured |\n", md)
 
+    def test_mux_figures(self):
+        """The multiplexed shape's ratios from each arm's closed and open steps (study.mux),
+        and echod's judged against grpc-java's (arms by role); a failed step gives none."""
+        from echodlib.study import mux
+
+        def step(stage, frac, ok, p99, failed=0):
+            return {"stage": stage, "fraction": frac, "ok": ok, "duration_s": 2.0,
+                    "p99_ms": p99, "failed": failed}
+
+        def arm(closed, top_ok, top_p99):
+            return {"mux": {"closed": step("closed", None, closed, 50.0),
+                            "open": [step("open 1.2x", 1.2, top_ok, top_p99)]}}
+        echod = {"direct": arm(2000, 1900, 400.0), "virtual": arm(1800, 1700, 500.0),
+                 "direct-drain": arm(2000, 1950, 360.0)}
+        figs = mux.mux_figures(echod)
+        self.assertEqual([(f["title"], round(f["value"], 3)) for f in figs], [
+            ("closed-loop capacity, virtual / direct", 0.9),
+            ("p99, direct-drain / direct at 1.2x", 0.9),
+            ("goodput, direct-drain / direct at 1.2x", round(1950 / 1900, 3))])
+        java = {"java-direct": arm(2000, 1900, 400.0), "java-virtual": arm(1300, 1200, 900.0),
+                "java-direct-drain": arm(2000, 2100, 260.0)}
+        names = {"direct": "java-direct", "virtual": "java-virtual",
+                 "direct-drain": "java-direct-drain"}
+        rows = mux.against(figs, mux.mux_figures(java, names))
+        self.assertEqual([r["verdict"] for r in rows], ["differs", "differs", "differs"])
+        self.assertEqual([r["verdict"] for r in mux.against(figs, figs)], ["matches"] * 3)
+        self.assertEqual([r["verdict"] for r in mux.against(
+            figs, mux.mux_figures(java, names), ["direct-drain"])],
+            ["differs", "not judged", "not judged"])
+        echod["virtual"]["mux"]["closed"]["failed"] = 3
+        self.assertIsNone(mux.mux_figures(echod)[0]["value"])
+
     def test_study_caps(self):
         """Little's law on the study's top step: direct 1,993.9 ms x 2,140/s = 4,267 calls,
         1.994 s of its capacity; the drain run 717.1 ms x 2,137/s = 1,532, 0.716 s."""

@@ -13,6 +13,7 @@
   outputs   a run's outputs: the experiments' reports, study.md, study.json
   merge     --merge: several runs' findings side by side
   witness   --witness: the grpc-java peer's arms through the same experiments, beside echod's
+  mux       --mux: the multiplexed-client shape (h2load, closed and open loop) and its figures
 
 The findings themselves (published figures, verdicts) are echodlib.findings'.
 """

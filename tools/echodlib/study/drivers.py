@@ -7,6 +7,7 @@
                  time series of the server and of k6 to cut by step
   streams        bidi-ramp.js over persistent streams
   capacity       a closed-loop probe (h2load), calls/s
+  h2load_step    a step of the multiplexed shape (study.mux): h2load closed, or --rps
 """
 
 import json
@@ -164,12 +165,28 @@ class Drivers:
     def fixed_h2load(self, target, arm, rate, seconds, conns=20, streams=16):
         """One step of h2load --rps: `conns` connections, each on its own timer of rate/conns."""
         conns = max(1, min(conns, int(rate // 5)))
-        logf = os.path.join(self.workdir, "h2load-%s-%d.log" % (arm, rate))
-        headers = [a for k, v in sorted(self.grid_work[1].items())
-                   for a in ("-H", "%s: %s" % (k, v))]
-        cmd = self.h2load_cmd(target, ["-c", str(conns), "-m", str(streams),
-                                       "--rps", "%g" % (rate / conns), "-D", str(seconds),
-                                       "--log-file", logf] + headers)
+        return self.h2load_run(target, arm, rate, seconds, conns, streams, self.grid_work[1])
+
+    def h2load_step(self, target, arm, rate, seconds, conns, streams, problems):
+        """One step of the multiplexed shape (study.mux): `conns` connections of up to
+        `streams` calls in flight each, on timers of rate/conns (h2load --rps), or with rate
+        None a closed loop; a step that could not run is a problem and a failed step."""
+        try:
+            return self.h2load_run(target, arm, rate, seconds, conns, streams, {})
+        except RuntimeError as e:
+            problems.append("%s, mux %s: %s" % (arm, "closed" if rate is None else
+                                                "%.0f/s" % rate, e))
+            return failed_step("h2load", rate, seconds, str(e))
+
+    def h2load_run(self, target, arm, rate, seconds, conns, streams, work):
+        """h2load's step: `conns` x `streams`, each connection on a timer of rate/conns (rate
+        None: a closed loop), with the request headers `work`, its latencies from its log."""
+        logf = os.path.join(self.workdir, "h2load-%s-%s.log" % (
+            arm, "closed" if rate is None else "%d" % rate))
+        headers = [a for k, v in sorted(work.items()) for a in ("-H", "%s: %s" % (k, v))]
+        timer = [] if rate is None else ["--rps", "%g" % (rate / conns)]
+        cmd = self.h2load_cmd(target, ["-c", str(conns), "-m", str(streams)] + timer +
+                              ["-D", str(seconds), "--log-file", logf] + headers)
         win = Window(target)
         res = h2load.run(cmd, seconds + 60)
         win.close()
@@ -180,7 +197,9 @@ class Drivers:
         ms = [v / 1000.0 for v in lat["samples"]]
         failed, abandoned, codes = win.failures(conns * streams)
         return {
-            "driver": "h2load (--rps per connection, %d connections)" % conns, "offered": rate,
+            "driver": "h2load (%s, %d connections x %d streams)" % (
+                "closed loop" if rate is None else "--rps per connection", conns, streams),
+            "offered": rate,
             "duration_s": float(seconds), "sent": res["started"] or 0, "ok": lat["n"],
             "failed": (res["failed"] or 0) + (res["errored"] or 0) + failed, "dropped": 0,
             "abandoned": abandoned, "server_codes": codes,

@@ -8,7 +8,7 @@ import time
 
 from .. import cgroup, findings as F, k6, k6result, report_out
 from ..report import InputError
-from . import plots, regimes, tables, witness
+from . import mux, plots, regimes, tables, witness
 from .figures import measured_figures
 from .regimes import OPEN_MODEL_SENT
 
@@ -199,10 +199,27 @@ def markdown(run, found, elapsed, variant_text, problems, witness_md=()):
                "![msg/s](streams/goodput-vs-offered.png) ![p99](streams/p99-vs-offered.png)", ""]
     else:
         md += ["skipped: no k6", ""]
+    if run.args.mux:
+        md += mux_section(run)
     md += list(witness_md)
     if problems:
         md += ["## Problems", ""] + ["- " + p for p in problems]
     return "\n".join(md) + "\n"
+
+
+def mux_section(run):
+    """study.md's multiplexed-client shape (study.mux): each arm's steps and the shape's
+    ratios."""
+    return ["## Multiplexed clients", "",
+            "The same arms under clients that multiplex (h2load: %d connections, each with many "
+            "calls in flight, as grpc-go's, grpc-java's and ghz's clients keep): a closed loop "
+            "of %d calls per connection for %d s, then the ramp's steps from 1.1x of capacity "
+            "open (each connection on its own timer, h2load --rps, with streams for the step's "
+            "backlog). The study never measured this shape: its figures have no published "
+            "counterpart, only the witness's (below, with --witness)." % (
+                mux.MUX_CONNS, mux.CLOSED_STREAMS, run.plan.fixed_s), ""] + \
+        mux.steps_table(run.res, run.arms) + ["", "Ratios in this shape:", ""] + \
+        mux.figures_table(mux.mux_figures(run.res)) + [""]
 
 
 def regime_doc(run):
@@ -233,6 +250,8 @@ def document(run, found, elapsed, variant, variant_text, problems):
             "findings": found, "verdict_rule": F.rule_text(),
             "published_inputs": F.describe_sources(sources(run)), "elapsed_s": elapsed,
             "prometheus": run.prometheus.directory if run.prometheus else None,
+            "mux": {"conns": mux.MUX_CONNS, "figures": mux.mux_figures(run.res)}
+            if args.mux else None,
             "results": run.res, "problems": problems}
 
 

@@ -51,14 +51,17 @@ class Plan:
         step = round(stream_capacity * self.stream_fractions[1]) - first
         return [first + k * step for k in range(len(self.stream_fractions))]
 
-    def estimate_s(self, arms, ramp_setup_s=0.0, extra_ramps=0):
+    def estimate_s(self, arms, ramp_setup_s=0.0, extra_ramps=0, mux=False):
         """Seconds the steps themselves take, and the ramp's set-up per arm (the regime's:
         k6's VUs, their connections and warm-up), with `extra_ramps` unary ramps more in all
-        (the capped regime's at the published caps); calibration and start-up add a few per
-        cent."""
+        (the capped regime's at the published caps) and with `mux` the multiplexed shape's
+        steps (study.mux); calibration and start-up add a few per cent."""
         ramp = len(self.ramp_fractions) * self.ramp_s + ramp_setup_s
         per_arm = (2 * self.fixed_s + self.probe_s + ramp
                    + len(self.stream_counts) * len(self.stream_fractions) * self.stream_s)
+        if mux:
+            per_arm += self.fixed_s + len([x for x in self.ramp_fractions if x > 1.05]) * \
+                self.ramp_s
         return self.calib_rounds * (self.calib_s + 1) + arms * per_arm + extra_ramps * ramp
 
     def as_dict(self):

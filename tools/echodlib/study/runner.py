@@ -9,7 +9,7 @@ handed to the drivers as a server.Target: they measure whatever server the Targe
 import os
 
 from .. import fmt, paths, peers
-from . import log, witness
+from . import log, mux, witness
 from .cost import calibrate
 from .regimes import ramps
 from .server import echod_target, peer_target, start_echod
@@ -188,6 +188,8 @@ class Run:
                     self.extra_ramp(target, arm, cap, mu, cap_s))
             if stream_capacity:
                 r["streams"] = self.stream_ramps(target, arm, stream_capacity)
+        if getattr(self.args, "mux", False):
+            r["mux"] = mux.measure(self, target, arm)
         return r
 
     def fixed_grid(self, target, arm, cap):
@@ -288,6 +290,11 @@ def call_problems(res, arms):
                 out.append("%s, unary ramp: echod ended %d calls with %r%s" % (
                     name, run["server_failed"], run["server_codes"], "; k6: %s" %
                     run["k6_error"] if run["k6_error"] else ""))
+        m = res[arm].get("mux")
+        for s in ([m["closed"]] + m["open"]) if m else []:
+            if s["failed"]:
+                out.append("%s, mux %s: %d calls failed (echod: %r)" % (
+                    arm, s["stage"], s["failed"], s["server_codes"]))
         for run in res[arm]["streams"]:
             bad = sum(s["failed"] for s in run["steps"]) + run["server_failed"]
             if bad or run["k6_errors"]:

@@ -43,7 +43,7 @@ import shutil
 import time
 
 from .. import findings as F, fmt, jvm, peers, procstat
-from . import log
+from . import log, mux
 from .figures import measured_figures, step_at
 
 LABEL = "witness:grpc-java"
@@ -529,6 +529,15 @@ def outputs(run, found, variant, out, problems):
                       "table above; study.json's witness.flagged says why)." % (
                           fd["id"], fd["not_judged"]["verdict"],
                           ", ".join(fd["not_judged"]["arms"])) for fd in nj]
+    mux_rows = []
+    if getattr(run.args, "mux", False):
+        names = {r: label(a) for r, a in role.items()}
+        mux_rows = mux.against(mux.mux_figures(run.res), mux.mux_figures(run.wres, names),
+                               [r for r, a in role.items() if label(a) in flagged])
+        md += ["", "### Multiplexed clients, echod and grpc-java", "",
+               "The multiplexed shape's ratios (study.md's Multiplexed clients), echod's against "
+               "grpc-java's of this run:", ""] + mux.against_table(mux_rows) + [""] + \
+            mux.steps_table(run.wres, [label(a) for a in run.witness])
     md += ["", "### Step by step, grpc-java / echod", ""] + comparison_table(rows)
     if srows:
         md += ["", "Stream ramps (messages; %s):" % ", ".join(
@@ -540,6 +549,7 @@ def outputs(run, found, variant, out, problems):
            "cpu_us": n, "runs": info,
            "limits": {"compiler_max_share": COMPILER_MAX_SHARE, "gc_max_share": GC_MAX_SHARE},
            "flagged": flagged, "results": run.wres, "findings": found_w,
-           "findings_merged": merged, "against": against, "comparison": rows,
+           "findings_merged": merged, "against": against, "mux_against": mux_rows,
+           "comparison": rows,
            "stream_comparison": srows}
     return md, doc
