@@ -375,7 +375,7 @@ class FullRunEstimate(unittest.TestCase):
         self.assertEqual(p.returncode, 2, p.stderr)
         plan = study_plan.Plan(False, regime="capped")
         regime = regimes.Capped(plan, 1000, published_caps=True)
-        minutes = plan.estimate_s(4, regime.setup_s(1000), 2) / 60
+        minutes = plan.estimate_s(4, regime.setup_s(1000), 2, mux=True) / 60  # --mux: on
         self.assertIn("4 arms, 120 s ramp steps: about %.0f min of steps; the ramp holds 1994 "
                       "VUs, its cap (1.99 s of 1000 calls/s), then direct capped at 0.716 s, then "
                       "direct-drain capped at 0.716 s; at most 1000 (--k6-max-vus)" % minutes,

@@ -865,6 +865,8 @@ class Plan(unittest.TestCase):
         # as in the open model
         c = P.Plan(False, regime="capped")
         self.assertEqual((c.ramp_s, c.slice_s, c.stream_s, c.fixed_s), (120, 24, 10, 30))
+        # the multiplexed shape's open steps are the open model's whatever the regime
+        self.assertEqual((c.mux_s, q.mux_s, s.mux_s), (15, 2, 3))
         self.assertEqual(P.Plan(True, regime="capped").ramp_s, 2)
         self.assertEqual(P.Plan(False, step_s=10, regime="capped").ramp_s, 10)
 
@@ -878,8 +880,10 @@ class Plan(unittest.TestCase):
         self.assertEqual(q.estimate_s(2, ramp_setup_s=4.0), 2 * 3 + 2 * 15)
         # an extra ramp: its steps and set-up
         self.assertEqual(q.estimate_s(2, 4.0, extra_ramps=2), 2 * 3 + 2 * 15 + 2 * (4 + 4))
-        self.assertEqual(sorted(q.as_dict()), ["fixed_s", "ramp_fractions", "ramp_s", "slice_s",
-                                               "stream_fractions", "stream_s"])
+        # --mux: a closed loop as long as a grid step, then the open steps from 1.1x (1.2x)
+        self.assertEqual(q.estimate_s(2, 4.0, mux=True), 2 * 3 + 2 * (15 + 2 + 2))
+        self.assertEqual(sorted(q.as_dict()), ["fixed_s", "mux_s", "ramp_fractions", "ramp_s",
+                                               "slice_s", "stream_fractions", "stream_s"])
 
 
 class OpenModel(unittest.TestCase):

@@ -11,8 +11,9 @@ on h2load:
   closed   MUX_CONNS connections x CLOSED_STREAMS calls in flight, for the grid's seconds: the
            arm's capacity in this shape, its p99 and CPU per call
   open     the ramp's steps from 1.1x of the run's capacity up (--quick: 1.2x only), each
-           connection on its own timer (h2load --rps): the calls are sent on schedule while
-           the connection has a free stream, and each has enough for the step's backlog
+           the open model's length (plan.mux_s: 15 s, --quick 2, --step-seconds sets it) and
+           each connection on its own timer (h2load --rps): the calls are sent on schedule
+           while the connection has a free stream, and each has enough for the step's backlog
 
 and the shape's three figures, each a ratio of two arms of the run (mux_figures), which the
 witness's grpc-java arms give beside echod's: virtual / direct capacity, direct-drain / direct
@@ -27,6 +28,7 @@ from . import log
 
 MUX_CONNS = 32
 CLOSED_STREAMS = 8
+MAX_STREAMS = 1000
 # the figures: (key, title, the two arms (the witness's roles), what, step or None); the key
 # names its tolerance in findings.AGAINST_TOL
 FIGURES = [
@@ -46,9 +48,11 @@ def open_fractions(plan):
 
 def open_streams(cap, frac, seconds):
     """Streams per connection for an open step: room for the step's whole backlog (what
-    arrives beyond capacity) and a second of calls in service, half again."""
+    arrives beyond capacity) and a second of calls in service, half again, within what echod
+    and HTTP/2 servers commonly allow a connection (MAX_STREAMS, echod's
+    transport.max_concurrent_streams default)."""
     backlog = max(0.0, frac - 1.0) * cap * seconds + cap
-    return max(16, int(math.ceil(1.5 * backlog / MUX_CONNS)))
+    return min(MAX_STREAMS, max(16, int(math.ceil(1.5 * backlog / MUX_CONNS))))
 
 
 def measure(run, target, arm):
@@ -66,8 +70,8 @@ def measure(run, target, arm):
         fmt.num(closed["cpu_us_per_call"])))
     for frac in open_fractions(plan):
         rate = round(frac * cap)
-        s = d.h2load_step(target, arm, rate, plan.ramp_s, MUX_CONNS,
-                          open_streams(cap, frac, plan.ramp_s), run.problems)
+        s = d.h2load_step(target, arm, rate, plan.mux_s, MUX_CONNS,
+                          open_streams(cap, frac, plan.mux_s), run.problems)
         s.update(stage="open %.2gx" % frac, fraction=frac)
         log("  mux open %.2gx = %d/s: goodput %.0f/s, p99 %s ms" % (
             frac, rate, goodput(s) or 0, fmt.num(s["p99_ms"], 2)))

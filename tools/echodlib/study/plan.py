@@ -34,8 +34,11 @@ class Plan:
             [round(0.3 * k, 3) for k in range(1, int(math.ceil(top / 0.3 - 1e-9)) + 1)]
         self.stream_s = 1 if quick else 10
         self.stream_counts = [20] if quick else [20, 40]
+        # the multiplexed shape's open steps (study.mux): the open model's length whatever the
+        # regime, as their backlog grows with it
+        self.mux_s = 2 if quick else RAMP_S["open"]
         if step_s:  # a longer step buys precision at the knee with time
-            self.ramp_s = self.stream_s = step_s
+            self.ramp_s = self.stream_s = self.mux_s = step_s
             self.fixed_s = max(self.fixed_s, step_s)
         # the p99 of the calls sent in each fifth of a step (at least 1 s)
         self.slice_s = max(1, int(round(self.ramp_s / 5.0)))
@@ -61,11 +64,11 @@ class Plan:
                    + len(self.stream_counts) * len(self.stream_fractions) * self.stream_s)
         if mux:
             per_arm += self.fixed_s + len([x for x in self.ramp_fractions if x > 1.05]) * \
-                self.ramp_s
+                self.mux_s
         return self.calib_rounds * (self.calib_s + 1) + arms * per_arm + extra_ramps * ramp
 
     def as_dict(self):
         """study.json's `plan`."""
         return {"ramp_fractions": self.ramp_fractions, "ramp_s": self.ramp_s,
                 "slice_s": self.slice_s, "stream_fractions": self.stream_fractions,
-                "stream_s": self.stream_s, "fixed_s": self.fixed_s}
+                "stream_s": self.stream_s, "fixed_s": self.fixed_s, "mux_s": self.mux_s}
