@@ -52,6 +52,14 @@ def thread_group(name):
     return "other"
 
 
+def calls_cpu_s(pid):
+    """CPU seconds the JVM's threads that run calls (its event loops and pools) have used: how
+    a step tells the peer still working off a previous step's calls from its compiler and GC
+    threads, which run on their own (study/server.quiet)."""
+    return sum(ns for name, ns, _, _ in procstat.threads(pid).values()
+               if thread_group(name) in ("event loop", "pool")) / 1e9
+
+
 # ---------------------------------------------------------------------------- the JIT's warm-up
 
 def compiler_share(window):

@@ -9,7 +9,7 @@ peer of echodlib.peers) needs only a Target of its own.
 
 import time
 
-from .. import cgroup, daemon, procstat, prom
+from .. import cgroup, daemon, jvm, procstat, prom
 from . import log
 
 SERVICE = "grpc.examples.echo.Echo"
@@ -18,14 +18,17 @@ SERVICE = "grpc.examples.echo.Echo"
 class Target:
     """A server the drivers measure: grpc_port on host, its process pid, scrape() -> the text
     of its /metrics, or None; server_cpu, the CPU it is pinned to alone (None under a quota),
-    on which other load is read (taken_s)."""
+    on which other load is read (taken_s); without /metrics, calls_clock() -> CPU seconds of
+    its threads that run calls (Window.settled)."""
 
-    def __init__(self, grpc_port, pid, scrape=None, host="127.0.0.1", server_cpu=None):
+    def __init__(self, grpc_port, pid, scrape=None, host="127.0.0.1", server_cpu=None,
+                 calls_clock=None):
         self.grpc_port = grpc_port
         self.host = host
         self.pid = pid
         self.scrape = scrape
         self.server_cpu = server_cpu
+        self.calls_clock = calls_clock
 
     def taken_s(self):
         """The server CPU's seconds run by anyone (procstat.cpu_taken_s), or None."""
@@ -47,7 +50,8 @@ def echod_target(d, server_cpu=None):
 
 def peer_target(p, server_cpu=None):
     """The Target of a started peers.Peer: no /metrics (its calls are the driver's counts)."""
-    return Target(p.port, p.pid, server_cpu=server_cpu)
+    return Target(p.port, p.pid, server_cpu=server_cpu,
+                  calls_clock=lambda: jvm.calls_cpu_s(p.pid))
 
 
 def other_share(taken_s, server_cpu_s, wall_s):
@@ -101,6 +105,20 @@ def start_echod(binary, model, arm_file, sets, log_path, prometheus=None, name=N
     return d
 
 
+QUIET_SHARE = 0.05  # threads that run calls busier than this still have calls to run
+
+
+def quiet(clock, deadline, interval=0.1):
+    """Waits until `clock` (CPU seconds of the threads that run calls) advanced by less than
+    QUIET_SHARE of `interval` (or the deadline passed)."""
+    while True:
+        c0, t0 = clock(), time.monotonic()
+        time.sleep(interval)
+        c1, t1 = clock(), time.monotonic()
+        if (c1 - c0) < QUIET_SHARE * (t1 - t0) or t1 > deadline:
+            return
+
+
 class Window:
     """Server CPU and calls between two points: CPU seconds, wall seconds, OK unary calls, bidi
     messages received, and the non-OK codes the server ended calls with."""
@@ -117,8 +135,16 @@ class Window:
     def settled(self, timeout=30.0):
         """A scrape once no call is in flight. A pool arm still works off the queue a driver
         left when it stopped (h2load -D abandons its calls in flight; echod ends each CANCELLED
-        when its turn comes): those calls and their CPU belong to the step that sent them."""
+        when its turn comes): those calls and their CPU belong to the step that sent them. A
+        server without /metrics (the grpc-java peer) is settled once its CPU is quiet: under
+        directExecutor it works off every call of a read pass, abandoned or not, before it
+        reads again, so a step after a multiplexed closed loop began with half a second of the
+        loop's calls (bench/study --mux, 2026-12-04)."""
         deadline = time.monotonic() + timeout
+        if not self.target.scrape:
+            if self.target.calls_clock:
+                quiet(self.target.calls_clock, deadline)
+            return []
         while True:
             m = self.target.samples()
             if prom.metric_sum(m, "echod_calls_in_flight") == 0 or time.monotonic() > deadline:
