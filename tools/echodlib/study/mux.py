@@ -38,12 +38,6 @@ FIGURES = [
     ("M.goodput", "goodput, direct-drain / direct", ("direct-drain", "direct"), "goodput",
      "open"),
 ]
-F.AGAINST_TOL.update({"M.capacity": 0.05, "M.p99": 0.15, "M.goodput": 0.05})
-
-
-def open_fractions(plan):
-    """The open steps, multiples of capacity: the ramp's from 1.1x up."""
-    return [x for x in plan.ramp_fractions if x > 1.05]
 
 
 def open_streams(cap, frac, seconds):
@@ -68,7 +62,7 @@ def measure(run, target, arm):
     log("  mux closed %dx%d: %.0f calls/s, p99 %s ms, %s µs/call" % (
         MUX_CONNS, CLOSED_STREAMS, goodput(closed) or 0, fmt.num(closed["p99_ms"], 2),
         fmt.num(closed["cpu_us_per_call"])))
-    for frac in open_fractions(plan):
+    for frac in plan.mux_fractions:
         rate = round(frac * cap)
         s = d.h2load_step(target, arm, rate, plan.mux_s, MUX_CONNS,
                           open_streams(cap, frac, plan.mux_s), run.problems)
@@ -162,8 +156,7 @@ def against_table(rows):
     for r in rows:
         out.append("| %s | %s | %s | %s | %s |" % (
             r["title"], fmt.num(r["echod"], 2), fmt.num(r["java"], 2), fmt.num(r["ratio"], 2),
-            r["verdict"] + (" (tolerance ±%g)" % r["tol"] if r["verdict"] in ("matches", "differs")
-                            else "")))
+            F.against_text(r["verdict"], r["tol"])))
     return out
 
 

@@ -43,6 +43,12 @@ class Plan:
         # the p99 of the calls sent in each fifth of a step (at least 1 s)
         self.slice_s = max(1, int(round(self.ramp_s / 5.0)))
 
+    @property
+    def mux_fractions(self):
+        """The multiplexed shape's open steps (study.mux), multiples of capacity: the ramp's
+        from 1.1x up."""
+        return [x for x in self.ramp_fractions if x > 1.05]
+
     def ramp_rates(self, capacity):
         """The unary ramp's calls/s against a server of `capacity`."""
         return [round(x * capacity) for x in self.ramp_fractions]
@@ -63,8 +69,7 @@ class Plan:
         per_arm = (2 * self.fixed_s + self.probe_s + ramp
                    + len(self.stream_counts) * len(self.stream_fractions) * self.stream_s)
         if mux:
-            per_arm += self.fixed_s + len([x for x in self.ramp_fractions if x > 1.05]) * \
-                self.mux_s
+            per_arm += self.fixed_s + len(self.mux_fractions) * self.mux_s
         return self.calib_rounds * (self.calib_s + 1) + arms * per_arm + extra_ramps * ramp
 
     def as_dict(self):
