@@ -375,6 +375,10 @@ static const echod_metrics__family_t serving[] = {
      "Connections an I/O loop served in one read batch, all loops (io.read_batch: netty, every one ready at a wait; "
      "h2o, one wait's, at most 256 events).",
      FIELD(read_batch), SHOWN_IF(any_loop)},
+    {"echod_loop_turn_read_bytes_total", COUNTER,
+     "Bytes read from a connection at its turn in a read batch, after the wait that found it ready: what its "
+     "client sent while the batch ran the connections before it (io.read_batch netty, plaintext).",
+     FIELD(turn_read_bytes), SHOWN_IF(any_loop)},
 };
 
 /* The REST control arm (listen.rest) and the ramp stage (admin/stage.h). */

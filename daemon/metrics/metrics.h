@@ -134,8 +134,9 @@ typedef struct {
     _Atomic size_t nexecs;
     echod_loop_metrics_t loops[ECHOD_METRICS_MAX_LOOPS];
     _Atomic size_t nloops;
-    echod_histogram_t loop_lag;   /* microseconds a 100 ms loop timer fired late, all loops */
-    echod_histogram_t read_batch; /* connections a loop served in one read batch (io.read_batch), all loops */
+    echod_histogram_t loop_lag;       /* microseconds a 100 ms loop timer fired late, all loops */
+    echod_histogram_t read_batch;     /* connections a loop served in one read batch (io.read_batch), all loops */
+    _Atomic uint64_t turn_read_bytes; /* io.read_batch netty: bytes a connection's turn read after the wait */
     /* the cost model (work/model.h): nanoseconds charged and charges, by kind and thread */
     _Atomic uint64_t work_model_cpu_ns[ECHOD_CHARGE__COUNT][ECHOD_CHARGE_THREAD__COUNT];
     _Atomic uint64_t work_model_charges[ECHOD_CHARGE__COUNT][ECHOD_CHARGE_THREAD__COUNT];

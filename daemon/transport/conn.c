@@ -1,7 +1,9 @@
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <nghttp2/nghttp2.h>
 #include "metrics/metrics.h"
 #include "transport/conn_internal.h"
@@ -597,6 +599,39 @@ size_t echod_conn_take_reads(echod_loop_t *loop)
     return n;
 }
 
+/*
+ * io.read_batch netty: Netty reads a channel when the loop comes to it (NioByteUnsafe.read: up to
+ * 16 reads while each fills its buffer), so a connection served late in a batch also takes in
+ * what its client sent while the connections before it ran their calls, and under directExecutor
+ * a batch grows with its own length (docs/work-model.md, "Multiplexed clients"). h2o read every
+ * socket at the wait, in its callback, so the turn reads again what the socket holds now. Not on
+ * TLS: h2o decrypts in its own read path, which has no entry for this; a TLS connection is served
+ * with the bytes of the wait. A read that finds the end or an error leaves it to h2o's next wait.
+ */
+#define TURN_READS_MAX 16
+
+static void read_at_turn(echod_conn_t *conn)
+{
+    h2o_socket_t *sock = conn->sock;
+    if (sock->ssl != NULL || !h2o_socket_is_reading(sock))
+        return;
+    int fd = h2o_socket_get_fd(sock);
+    for (int i = 0; i != TURN_READS_MAX; ++i) {
+        h2o_iovec_t buf = h2o_buffer_reserve(&sock->input, 4096);
+        if (buf.base == NULL)
+            echod_oom("connection input");
+        ssize_t n;
+        while ((n = read(fd, buf.base, buf.len)) == -1 && errno == EINTR)
+            ;
+        if (n <= 0)
+            return;
+        sock->input->size += (size_t)n;
+        ECHOD_ADD(echod_metrics.turn_read_bytes, (uint64_t)n);
+        if ((size_t)n != buf.len)
+            return;
+    }
+}
+
 size_t echod_conn_serve_reads(echod_loop_t *loop)
 {
     size_t served = 0;
@@ -608,6 +643,8 @@ size_t echod_conn_serve_reads(echod_loop_t *loop)
         const char *err = conn->read_err;
         conn->read_err = NULL;
         if (!conn->closed) { /* a timer of the waits that gathered the batch may have closed it */
+            if (err == NULL)
+                read_at_turn(conn);
             on_read_held(conn, conn->sock, err);
             served++;
         }

@@ -10,7 +10,9 @@ is the order the loop served the connections:
 - h2o (libh2o's evloop): the reverse, newest first.
 
 And how many one batch takes: Netty every connection ready at the wait, h2o at most 256 events,
-read from echod_loop_read_batch_connections.
+read from echod_loop_read_batch_connections. And when a connection's bytes are read: Netty at its
+turn in the batch, so what its client sent while the calls before it ran is served in the same
+batch (echod_loop_turn_read_bytes_total); h2o at the wait.
 
 Run alone: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/test_read_order.py
 """
@@ -29,6 +31,7 @@ from echod_harness import (SLOW, Daemon, H2Client, StreamState, grpc_frame, main
 ARM = os.path.join("config", "arms", "direct-drain.yaml")
 HOLD_US = int(400000 * SLOW)  # the loop sleeps this long while the batch builds up
 SPACING_S = 0.005             # between two connections' calls: the order the kernel sees
+TURN_US = int(300000 * SLOW)  # the first call of a batch sleeps this long on the loop
 CPU_US = 3000                 # each call's burn: its answer leaves 3 ms after the previous one
 
 
@@ -40,6 +43,18 @@ def send_unary(c, extra=()):
     c.conn.send_data(sid, grpc_frame(pb_encode("order")), end_stream=True)
     c.flush()
     return sid
+
+
+def send_unary_counted(c, extra=()):
+    """send_unary, and the bytes its one write carried (the call's HEADERS and DATA frames)."""
+    c.flush()
+    sid = c.conn.get_next_available_stream_id()
+    c.streams[sid] = StreamState(sid)
+    c.conn.send_headers(sid, c.grpc_headers(extra=list(extra)))
+    c.conn.send_data(sid, grpc_frame(pb_encode("order")), end_stream=True)
+    data = c.conn.data_to_send()
+    c.sock.sendall(data)
+    return sid, len(data)
 
 
 def connected(port, n):
@@ -142,6 +157,36 @@ class ReadOrder(unittest.TestCase):
         grew = self.batch_size("netty")
         # one batch of all 300 (above 256, so in the 512 bucket and not the 256 one)
         self.assertEqual(grew[512.0] - grew[256.0], 1, grew)
+
+    def turn_read(self, read_batch):
+        """Connections A then B become ready during a hold (A with a call that sleeps TURN_US on
+        the loop, B with a PING), so one batch serves A, then B; B's client sends its call
+        while A's sleeps. Returns the bytes read at the connections' turns, and the call's."""
+        with Daemon(config=ARM, sets=["io.read_batch=%s" % read_batch]) as d:
+            a, b = connected(d.grpc_port, 2)
+            before = d.metrics().metric("echod_loop_turn_read_bytes_total")
+            held = self.hold_loop(d)
+            sid_a = send_unary(a, [("echod-sleep-us", str(TURN_US))])
+            time.sleep(SPACING_S)
+            b.ping()
+            held.join()  # the hold's answer left: the batch of A and B begins
+            time.sleep(TURN_US / 3e6)
+            sid_b, call_bytes = send_unary_counted(b)
+            for c, sid in ((a, sid_a), (b, sid_b)):
+                st = c.wait_done(sid)
+                self.assertEqual(dict(st.trailers).get("grpc-status"), "0", st)
+                c.close()
+            turn = d.metrics().metric("echod_loop_turn_read_bytes_total") - before
+            print("read_batch %s: %d bytes read at a turn, the late call %d" % (read_batch, turn, call_bytes))
+            return turn, call_bytes
+
+    def test_netty_reads_a_connection_at_its_turn(self):
+        turn, call_bytes = self.turn_read("netty")
+        self.assertGreaterEqual(turn, call_bytes)
+
+    def test_h2o_reads_at_the_wait(self):
+        turn, _ = self.turn_read("h2o")
+        self.assertEqual(turn, 0)
 
     def test_h2o_takes_at_most_256(self):
         grew = self.batch_size("h2o")
