@@ -560,6 +560,18 @@ class Findings(unittest.TestCase):
         echod["virtual"]["mux"]["closed"]["failed"] = 3
         self.assertIsNone(mux.mux_figures(echod)[0]["value"])
 
+    def test_mux_steps_table(self):
+        """A step's connections and streams from its own fields; a failed step says so."""
+        from echodlib.study import mux
+        ok = {"stage": "closed", "conns": 32, "streams": 8, "offered": None, "ok": 800,
+              "duration_s": 2.0, "p50_ms": 5.0, "p99_ms": 9.0, "cpu_us_per_call": 2500}
+        failed = dict(drivers.failed_step("h2load", 440, 2, "boom"), stage="open 1.1x",
+                      conns=32, streams=37)
+        rows = mux.steps_table({"direct": {"mux": {"closed": ok, "open": [failed]}},
+                                "virtual": {}}, ["direct", "virtual"])
+        self.assertEqual([r.split(" | ")[1:4] for r in rows[2:]],
+                         [["closed", "32 x 8", "closed"], ["open 1.1x", "32 x 37 (failed)", "440"]])
+
     def test_study_caps(self):
         """Little's law on the study's top step: direct 1,993.9 ms x 2,140/s = 4,267 calls,
         1.994 s of its capacity; the drain run 717.1 ms x 2,137/s = 1,532, 0.716 s."""
@@ -1334,6 +1346,40 @@ class StudyDrivers(unittest.TestCase):
         self.assertEqual(w.failures(5), (1, 3, {"UNAVAILABLE": 1}))
         self.assertEqual(w.failures(2), (4, 0, {"CANCELLED": 3, "UNAVAILABLE": 1}))
         self.assertEqual(drivers.failed_step("k6", 100, 2, "boom")["driver"], "k6 (failed)")
+
+    def test_quiet(self):
+        """The grpc-java peer is settled at the first interval its call threads' CPU grew by
+        less than QUIET_SHARE of the wall time it took, each interval on its own; a busy peer
+        holds it to the deadline."""
+        class Fake:
+            """The time module's monotonic() and sleep(), and the CPU the peer's call threads
+            take while it sleeps: rates[i] cores in the i-th interval, which lasts `overrun`
+            times what was asked."""
+            def __init__(self, rates, overrun=1.0):
+                self.now, self.cpu, self.rates, self.overrun = 0.0, 0.0, list(rates), overrun
+
+            def monotonic(self):
+                return self.now
+
+            def sleep(self, s):
+                self.cpu += self.rates.pop(0) * s * self.overrun
+                self.now += s * self.overrun
+
+        def intervals(rates, deadline=100.0, **kw):
+            t = Fake(rates, **kw)
+            server.quiet(lambda: t.cpu, deadline, interval=1.0, timer=t)
+            return len(rates) - len(t.rates)
+        share = server.QUIET_SHARE
+        # busy, then quiet: the CPU of the busy intervals does not hold back the quiet one
+        self.assertEqual(intervals([1.0, 0.5, 0.5 * share, 1.0]), 3)
+        self.assertEqual(intervals([0.0, 1.0]), 1)
+        # at the share is still busy
+        self.assertEqual(intervals([share, 0.5 * share, 1.0]), 2)
+        self.assertEqual(intervals([1.5 * share, 0.9 * share, 1.0]), 2)
+        # the share is of the wall time an interval took, not of the one asked for
+        self.assertEqual(intervals([0.9 * share, 0.0, 1.0], overrun=2.0), 1)
+        # never quiet: back once an interval ends past the deadline
+        self.assertEqual(intervals([1.0] * 10, deadline=2.5), 3)
 
 
 class StudyWitness(unittest.TestCase):

@@ -89,8 +89,8 @@ class Cost:
             return "flat", "flat: work.defaults.cpu_us = %d µs per call and per bidi message" % x
         u = self.scaled(x)
         return self.name, ("model: %s x %.3f: call %d, step %d, handoff %d (+%d waking), message "
-                           "%d, wake-up %d µs, background %dm (direct: %d µs a unary call, %d µs "
-                           "a bidi message)" % (
+                           "%d, wake-up %d µs, background %d millicores (direct: %d µs a unary "
+                           "call, %d µs a bidi message)" % (
                                self.relpath(), x, u["call"], u["step"], u["handoff"],
                                u["handoff_wake"], u["message"], u["wakeup"], self.background,
                                self.per_call(x), self.per_message(x)))

@@ -170,13 +170,15 @@ class Drivers:
     def h2load_step(self, target, arm, rate, seconds, conns, streams, problems):
         """One step of the multiplexed shape (study.mux): `conns` connections of up to
         `streams` calls in flight each, on timers of rate/conns (h2load --rps), or with rate
-        None a closed loop; a step that could not run is a problem and a failed step."""
+        None a closed loop; a step that could not run is a problem and a failed step (of the
+        same `conns` and `streams`: study.mux's table reads them from the step)."""
         try:
             return self.h2load_run(target, arm, rate, seconds, conns, streams, {})
         except RuntimeError as e:
             problems.append("%s, mux %s: %s" % (arm, "closed" if rate is None else
                                                 "%.0f/s" % rate, e))
-            return failed_step("h2load", rate, seconds, str(e))
+            return dict(failed_step("h2load", rate, seconds, str(e)), conns=conns,
+                        streams=streams)
 
     def h2load_run(self, target, arm, rate, seconds, conns, streams, work):
         """h2load's step: `conns` x `streams`, each connection on a timer of rate/conns (rate
@@ -199,7 +201,7 @@ class Drivers:
         return {
             "driver": "h2load (%s, %d connections x %d streams)" % (
                 "closed loop" if rate is None else "--rps per connection", conns, streams),
-            "offered": rate,
+            "offered": rate, "conns": conns, "streams": streams,
             "duration_s": float(seconds), "sent": res["started"] or 0, "ok": lat["n"],
             "failed": (res["failed"] or 0) + (res["errored"] or 0) + failed, "dropped": 0,
             "abandoned": abandoned, "server_codes": codes,

@@ -57,7 +57,7 @@ def measure(run, target, arm):
     out = {"conns": MUX_CONNS, "closed": None, "open": []}
     closed = d.h2load_step(target, arm, None, plan.fixed_s, MUX_CONNS, CLOSED_STREAMS,
                            run.problems)
-    closed.update(stage="closed", fraction=None)
+    closed.update(stage=_stage(None), fraction=None)
     out["closed"] = closed
     log("  mux closed %dx%d: %.0f calls/s, p99 %s ms, %s µs/call" % (
         MUX_CONNS, CLOSED_STREAMS, goodput(closed) or 0, fmt.num(closed["p99_ms"], 2),
@@ -66,11 +66,24 @@ def measure(run, target, arm):
         rate = round(frac * cap)
         s = d.h2load_step(target, arm, rate, plan.mux_s, MUX_CONNS,
                           open_streams(cap, frac, plan.mux_s), run.problems)
-        s.update(stage="open %.2gx" % frac, fraction=frac)
+        s.update(stage=_stage(frac), fraction=frac)
         log("  mux open %.2gx = %d/s: goodput %.0f/s, p99 %s ms" % (
             frac, rate, goodput(s) or 0, fmt.num(s["p99_ms"], 2)))
         out["open"].append(s)
     return out
+
+
+def _stage(frac):
+    """A step's name: the closed loop (frac None), or the open step at `frac` of capacity."""
+    return "closed" if frac is None else "open %.2gx" % frac
+
+
+def _step_at(m, frac):
+    """An arm's step of this shape (measure's result, or {}) at `frac` (None: the closed
+    loop), or None."""
+    if frac is None:
+        return m.get("closed")
+    return next((s for s in m.get("open") or [] if s["fraction"] == frac), None)
 
 
 def goodput(step):
@@ -96,21 +109,15 @@ def mux_figures(res, names=None):
     def mux_of(role):
         return (res.get(names.get(role, role)) or {}).get("mux")
     for key, title, (a, b), what, where in FIGURES:
-        ma, mb = mux_of(a), mux_of(b)
-        if where is None:
-            sa, sb = (ma or {}).get("closed"), (mb or {}).get("closed")
-            terms = (_value(sa, what), _value(sb, what))
-            out.append({"key": key, "title": title, "step": "closed", "terms": terms,
-                        "value": fmt.ratio(*terms)})
-            continue
-        steps = [s["fraction"] for s in (mb or {}).get("open") or []]
-        for frac in steps:
-            sa = next((s for s in (ma or {}).get("open") or [] if s["fraction"] == frac), None)
-            sb = next((s for s in mb["open"] if s["fraction"] == frac), None)
-            terms = (_value(sa, what), _value(sb, what))
-            out.append({"key": key, "title": "%s at %.2gx" % (title, frac),
-                        "step": "open %.2gx" % frac, "terms": terms,
-                        "value": fmt.ratio(*terms)})
+        ma, mb = mux_of(a) or {}, mux_of(b) or {}
+        # a closed figure stands even where b has no closed loop (its value None); the open
+        # ones are at b's steps
+        fracs = [None] if where is None else [s["fraction"] for s in mb.get("open") or []]
+        for frac in fracs:
+            terms = (_value(_step_at(ma, frac), what), _value(_step_at(mb, frac), what))
+            out.append({"key": key,
+                        "title": title if frac is None else "%s at %.2gx" % (title, frac),
+                        "step": _stage(frac), "terms": terms, "value": fmt.ratio(*terms)})
     return out
 
 
@@ -132,7 +139,8 @@ def against(echod, java, flagged_roles=()):
 
 def steps_table(res, arms):
     """Each arm's steps in this shape: calls in flight allowed, offered, goodput, p50, p99, CPU
-    per call."""
+    per call. Only a run's own steps come here (no study.json is read back into it), so a step
+    always has its conns and streams, which runs before them did not write."""
     out = ["| arm | step | connections x streams | offered/s | goodput/s | p50 ms | p99 ms | "
            "CPU µs/call |", "|---|---|---|---:|---:|---:|---:|---:|"]
     for a in arms:
@@ -143,7 +151,8 @@ def steps_table(res, arms):
             if not s:
                 continue
             out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                a, s["stage"], s["driver"].split("(")[-1].rstrip(")"),
+                a, s["stage"], "%d x %d%s" % (s["conns"], s["streams"],
+                                              " (failed)" if s.get("error") else ""),
                 "closed" if s["offered"] is None else "%.0f" % s["offered"],
                 fmt.num(goodput(s), 0), fmt.num(s["p50_ms"], 2), fmt.num(s["p99_ms"], 2),
                 fmt.num(s["cpu_us_per_call"])))

@@ -108,13 +108,14 @@ def start_echod(binary, model, arm_file, sets, log_path, prometheus=None, name=N
 QUIET_SHARE = 0.05  # threads that run calls busier than this still have calls to run
 
 
-def quiet(clock, deadline, interval=0.1):
+def quiet(clock, deadline, interval=0.1, timer=time):
     """Waits until `clock` (CPU seconds of the threads that run calls) advanced by less than
-    QUIET_SHARE of `interval` (or the deadline passed)."""
+    QUIET_SHARE of `interval` (or the deadline passed). `timer` gives monotonic() and sleep()
+    (a test's fake clock in place of the time module)."""
     while True:
-        c0, t0 = clock(), time.monotonic()
-        time.sleep(interval)
-        c1, t1 = clock(), time.monotonic()
+        c0, t0 = clock(), timer.monotonic()
+        timer.sleep(interval)
+        c1, t1 = clock(), timer.monotonic()
         if (c1 - c0) < QUIET_SHARE * (t1 - t0) or t1 > deadline:
             return
 
