@@ -304,7 +304,7 @@ class Daemon(Echod):
 
 def _interesting(text):
     return "\n".join(l for l in text.splitlines()
-                     if l.startswith(("echod_", "grpc_server_handled", "grpc_server_started")))
+                     if l.startswith(("echod_", "grpc_server_handled", "grpc_server_started", "process_")))
 
 
 def report_daemon(d, what):

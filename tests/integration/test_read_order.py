@@ -35,18 +35,9 @@ TURN_US = int(300000 * SLOW)  # the first call of a batch sleeps this long on th
 CPU_US = 3000                 # each call's burn: its answer leaves 3 ms after the previous one
 
 
-def send_unary(c, extra=()):
-    """One unary call in one write (its HEADERS and its DATA with END_STREAM)."""
-    sid = c.conn.get_next_available_stream_id()
-    c.streams[sid] = StreamState(sid)
-    c.conn.send_headers(sid, c.grpc_headers(extra=list(extra)))
-    c.conn.send_data(sid, grpc_frame(pb_encode("order")), end_stream=True)
-    c.flush()
-    return sid
-
-
 def send_unary_counted(c, extra=()):
-    """send_unary, and the bytes its one write carried (the call's HEADERS and DATA frames)."""
+    """One unary call in one write (its HEADERS and its DATA with END_STREAM): its stream, and
+    the bytes the write carried."""
     c.flush()
     sid = c.conn.get_next_available_stream_id()
     c.streams[sid] = StreamState(sid)
@@ -55,6 +46,10 @@ def send_unary_counted(c, extra=()):
     data = c.conn.data_to_send()
     c.sock.sendall(data)
     return sid, len(data)
+
+
+def send_unary(c, extra=()):
+    return send_unary_counted(c, extra)[0]
 
 
 def connected(port, n):

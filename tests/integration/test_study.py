@@ -82,13 +82,19 @@ class StudyRun(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.out, ignore_errors=True)
 
+    def assert_exit_0(self):
+        """bench/study exited 0; if not, the failure names the run's problems (study.json, which
+        the out directory's removal would lose) and the ends of its output."""
+        self.assertEqual(self.p.returncode, 0, "bench/study exit %d; problems: %s\n%s\n%s" % (
+            self.p.returncode, (self.data or {}).get("problems"), self.p.stdout[-3000:],
+            self.p.stderr[-6000:]))
+
 
 @unittest.skipIf(why_skip(), "bench/study --quick skipped: %s" % why_skip())
 class QuickStudy(StudyRun):
 
     def test_exit_status_and_no_problem(self):
-        self.assertEqual(self.p.returncode, 0, "bench/study --quick: exit %d\n%s\n%s" % (
-            self.p.returncode, self.p.stdout[-6000:], self.p.stderr[-6000:]))
+        self.assert_exit_0()
         self.assertEqual(self.data["problems"], [])
 
     def test_grid_stalls(self):
@@ -288,7 +294,7 @@ class QuickModelStudy(StudyRun):
             self.assertEqual((run["regime"], run["cap_calls"]), ("open", None))
 
     def test_labelled_scaled_and_calibrated(self):
-        self.assertEqual(self.p.returncode, 0, self.p.stderr[-4000:])
+        self.assert_exit_0()
         cost = self.data["cost"]
         self.assertEqual(cost["variant"], "model:grpc-java-study")
         self.assertEqual(self.data["label"], "model:grpc-java-study, open")
@@ -442,8 +448,7 @@ class QuickQuotaStudy(StudyRun):
     PREFIX = "study-quota-test-"
 
     def test_throttling_table(self):
-        self.assertEqual(self.p.returncode, 0, "exit %d\n%s" % (self.p.returncode,
-                                                               self.p.stderr[-6000:]))
+        self.assert_exit_0()
         with open(os.path.join(self.out, "study.json")) as f:
             data = json.load(f)
         self.assertIn("CFS quota of one CPU", data["cpu_model"])
@@ -460,7 +465,7 @@ class QuickQuotaStudy(StudyRun):
         self.assertRegex(md, r"\| 1\.2 x \| \d+ \| \d+% \([0-9.]+ s\) \|")
 
     def test_step_seconds(self):
-        self.assertEqual(self.p.returncode, 0, self.p.stderr[-6000:])
+        self.assert_exit_0()
         with open(os.path.join(self.out, "study.json")) as f:
             res = json.load(f)["results"]
         for arm in res:
@@ -511,8 +516,7 @@ class QuickWitnessStudy(StudyRun):
 
     def test_witness_beside_echod(self):
         from echodlib.study import witness
-        self.assertEqual(self.p.returncode, 0, "exit %d\n%s" % (self.p.returncode,
-                                                               self.p.stderr[-6000:]))
+        self.assert_exit_0()
         w = self.data["witness"]
         self.assertEqual((w["label"], w["arms"], w["pairs"]), (
             "witness:grpc-java", WITNESS_ARMS, {a: a for a in WITNESS_ARMS}))
