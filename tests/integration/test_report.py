@@ -27,6 +27,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from echod_harness import ROOT, SLOW, Daemon, main, tool_output  # noqa: E402
 from echodlib import k6 as k6lib, prom  # noqa: E402  (echod_harness put tools/ on sys.path)
+from echodlib.ports import free_port  # noqa: E402
 import k6_runners  # noqa: E402
 
 REPORT = os.path.join(ROOT, "deploy", "report")
@@ -463,6 +464,34 @@ def read_k6_csv(path):
             tags = dict(kv.split("=", 1) for kv in rec["extra_tags"].split("&") if kv)
             out.append((rec["metric_name"], tags, rec["status"], float(rec["metric_value"])))
     return out
+
+
+@unittest.skipIf(K6_WHY_NOT, "live run on k6 skipped: %s" % K6_WHY_NOT)
+class LiveNoServer(unittest.TestCase):
+    """The real k6 against a port nothing listens on: every iteration fails to connect, and k6
+    only logs each error. The report must say that no call was made, not that the file lacks
+    deploy/k6's tags."""
+
+    def test_no_call_made(self):
+        tmp = tempfile.mkdtemp(prefix="report-noserver-")
+        try:
+            path = os.path.join(tmp, "k6.csv")
+            env = {"ARM": "direct", "TARGET": "127.0.0.1:%d" % free_port(), "START": "5",
+                   "END": "10", "STEP": "5", "STEP_DURATION": "1s", "VUS": "2",
+                   "SUMMARY_FILE": os.path.join(tmp, "summary.json")}
+            cmd = [k6lib.find(), "run", "-q", "--no-usage-report", "--out", "csv=" + path]
+            for kv in env.items():
+                cmd += ["-e", "%s=%s" % kv]
+            cmd.append(os.path.join(ROOT, "deploy", "k6", "unary-ramp.js"))
+            k6 = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120 * SLOW)
+            p = subprocess.run([PY, REPORT, "--no-plots", "--out", os.path.join(tmp, "out"), path],
+                               capture_output=True, text=True)
+            self.assertEqual(p.returncode, 2, "k6 exit %d\n%s\nreport: %s" % (
+                k6.returncode, tool_output(k6, 3000), p.stderr))
+            self.assertIn("none of which made a call", p.stderr)
+            self.assertIn("k6.csv", p.stderr)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @unittest.skipIf(K6_WHY_NOT, "live runners on k6 skipped: %s" % K6_WHY_NOT)

@@ -140,7 +140,7 @@ class CsvReader:
     @staticmethod
     def _wanted(name):
         return name in COUNTERS or name in LATENCY_METRICS or name == SERVER_TREND \
-            or name == "dropped_iterations"
+            or name in ("dropped_iterations", "iterations")
 
     def results(self):
         by_arm = {}
@@ -158,6 +158,7 @@ class _FileRuns:
         self.arm_override = arm_override
         self.per = {}
         self.untagged_drops = []
+        self.iterations = 0.0  # k6's iterations, tagged with a stage or not
 
     def runner(self, arm):
         if arm not in self.per:
@@ -166,6 +167,9 @@ class _FileRuns:
 
     def sample(self, name, ts, tick, value, tags, status):
         arm = self.arm_override or tags.get("arm")
+        if name == "iterations":
+            self.iterations += value
+            return
         if name == "dropped_iterations":
             # k6 tags these with the test-wide tags only (a --tag on k6's command line
             # replaces the script's, arm among them): placed in a step by time, later
@@ -207,6 +211,12 @@ class _FileRuns:
 
     def done(self):
         runners = [r for r in self.per.values() if r.offered]
+        if not runners and self.iterations:
+            # k6 exits 0 when every iteration threw (its log has each error), as when nothing
+            # listens at TARGET: the iterations are there, the calls are not
+            raise InputError("%s: %d k6 iterations, none of which made a call: each failed before "
+                             "its first (did k6 reach the server at TARGET? k6's log names the "
+                             "error)" % (self.path, self.iterations))
         if not runners:
             raise InputError("%s: no samples tagged with a stage (not written by deploy/k6?)"
                              % self.path)
