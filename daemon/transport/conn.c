@@ -643,7 +643,8 @@ size_t echod_conn_serve_reads(echod_loop_t *loop)
         const char *err = conn->read_err;
         conn->read_err = NULL;
         if (!conn->closed) { /* a timer of the waits that gathered the batch may have closed it */
-            if (err == NULL)
+            /* the first turn follows the wait with no call run between: nothing new to read */
+            if (err == NULL && served != 0)
                 read_at_turn(conn);
             on_read_held(conn, conn->sock, err);
             served++;
