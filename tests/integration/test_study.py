@@ -337,6 +337,7 @@ class QuickModelStudy(StudyRun):
             for extra, want in ((["--model", bad.name], "no enabled work.model"),
                                 (["--model", "/nonexistent.yaml"], "--model:"),
                                 (["--model", MODEL, "--cpu-us", "100"], "--cpu-us is the flat"),
+                                (["--model-scale", "flat"], "--model-scale is --model's"),
                                 (["--regime", "open", "--cap", "100"], "the capped regime's"),
                                 (["--regime", "open", "--published-caps"], "the capped regime's"),
                                 (["--cap", "100", "--cap-seconds", "1"], "give one"),

@@ -39,7 +39,7 @@ from fractions import Fraction
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 from echodlib import findings as F, fmt, jvm, k6prom, k6result, peers, procstat, report, \
     report_out, stats  # noqa: E402
-from echodlib.bench import model, peer_load  # noqa: E402
+from echodlib.bench import model, peer_load, shapes  # noqa: E402
 from echodlib.report import ArmResult, InputError, Runner, Step  # noqa: E402
 from echodlib.sampler import Sampler  # noqa: E402
 from echodlib.study import drivers, figures, merge, outputs, plan as P, regimes, runner, \
@@ -1067,6 +1067,26 @@ class Costs(unittest.TestCase):
         self.assertRaisesRegex(ValueError, "no enabled work.model", Cost,
                                self.preset("work:\n  model:\n    enabled: false\n"))
 
+    def test_model_over_flat(self):
+        """A preset of measured machinery charged as it is, x flat work in the handler on top:
+        the calibration turns x alone, a µs of x a µs of the call."""
+        c = Cost(self.preset("work:\n  model:\n    enabled: true\n    call_cpu_us: 8\n"
+                             "    handoff_cpu_us: 7\n    handoff_wake_cpu_us: 8\n"
+                             "    message_cpu_us: 7\n    wakeup_cpu_us: 91\n"
+                             "    background_millicores: 2\n"), scale="flat")
+        self.assertEqual(c.name, "model:preset+flat")
+        self.assertEqual(c.scaled(2000), {"call": 8, "step": 0, "handoff": 7, "handoff_wake": 8,
+                                          "message": 7, "wakeup": 91})
+        self.assertEqual(c.sets(2000)[:2], ["work.defaults.cpu_us=2000", "work.model.enabled=true"])
+        self.assertIn("work.model.wakeup_cpu_us=91", c.sets(2000))
+        self.assertEqual((c.per_call(2000), c.per_message(2000), c.slope()), (2022, 2014, 1.0))
+        self.assertEqual((c.first(2500), c.next(2468, 2500, 2530), c.describe(2468)),
+                         (2468, 2438, "2468 µs over the units"))
+        self.assertIn("as measured", c.variant(2000)[1])
+        self.assertRaisesRegex(ValueError, "scale 'x'", Cost, None, "x")
+        # without a preset there is nothing to charge over: the flat cost
+        self.assertEqual(Cost(None, scale="flat").sets(100), ["work.defaults.cpu_us=100"])
+
     def test_calibration(self):
         """A server whose call costs x + 100 µs: the first guess (x = 1990 for 2,000 µs) is
         4% off, the second lands."""
@@ -1684,6 +1704,25 @@ class PeerLoad(unittest.TestCase):
         rows = peer_load.pauses_table(res, kinds)
         self.assertEqual(len(rows), 4)
         self.assertIn("Cleanup 1", rows[2])
+
+
+class Shapes(unittest.TestCase):
+    """bench/model shapes: its shapes and echod's thread groups, named as the JVM's are."""
+
+    def test_parse(self):
+        self.assertEqual(shapes.parse_shapes("800x1,32x8"), [(800, 1), (32, 8)])
+        for bad in ("800", "x1", "800x0", "800x1x2", "a8x1", ""):
+            with self.assertRaises(ValueError, msg=bad):
+                shapes.parse_shapes(bad)
+
+    def test_echod_groups(self):
+        # the names echod gives its threads (daemon/dispatch/exec.c, dispatcher.c, exec_virtual.c)
+        for name, group in (("echod-io-0", "event loop"), ("echod-virtual-0", "pool"),
+                            ("echod-unparker", "pool"), ("echod-fixed-3", "pool"),
+                            ("echod-pm1-0", "pool"), ("echod-bg", "other"),
+                            ("echod-admin", "other"), ("echod", "other")):
+            self.assertEqual(shapes.echod_group(name), group, name)
+        self.assertEqual(jvm.thread_group("ForkJoinPool-1-worker-1"), "pool")
 
 
 if __name__ == "__main__":

@@ -44,15 +44,17 @@ def machine_note():
 class PeerArm:
     """One grpc-java arm (direct, default, fixed:N) under args.cpu (the server CPU, or the
     quota's cgroup: study.server.CpuModel), JAVA_OPTS from
-    peers.java_opts(**opts), warmed (jvm.warm_up on closed-loop calls) before it is measured."""
+    peers.java_opts(**opts), warmed (jvm.warm_up on closed-loop calls) before it is measured;
+    jdk as peers.Peer's."""
 
-    def __init__(self, args, arm, workdir, drivers, name=None, **opts):
+    def __init__(self, args, arm, workdir, drivers, name=None, jdk=None, **opts):
         self.args, self.arm, self.drivers = args, arm, drivers
         self.name = name or arm
         self.peer = peers.JavaPeer(arm, args.peers_build,
                                    prefix=args.cpu.server_prefix,
                                    java_opts=peers.java_opts(**opts),
-                                   log_path=os.path.join(workdir, "java-%s.log" % self.name))
+                                   log_path=os.path.join(workdir, "java-%s.log" % self.name),
+                                   jdk=jdk)
         self.target = None
         self.warmup = None
 
@@ -371,12 +373,12 @@ def calibrate_peer(args, workdir, drivers):
 
 def setup(args, mode, k6_for):
     """(scratch directory, Drivers) of a peer experiment, the peer built; None (said why) when
-    the peer or k6 (needed for `k6_for`) cannot run here."""
+    the peer or k6 (needed for `k6_for`; None: not needed) cannot run here."""
     why = peers.unusable()
     if not why:
         workdir = tempfile.mkdtemp(prefix="echod-%s-" % mode)
         drivers, why_k6 = peer_drivers(args, workdir)
-        why = why_k6 and "k6 is needed for %s: %s" % (k6_for, why_k6)
+        why = k6_for and why_k6 and "k6 is needed for %s: %s" % (k6_for, why_k6)
     if why:
         log("bench/model %s: %s" % (mode, why))
         return None

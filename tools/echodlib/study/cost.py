@@ -20,12 +20,20 @@ class Cost:
            arms and moves direct's capacity to --capacity, which one k6 core can offer past the
            top step. The units are whole µs, so a small one (step, 1 µs) is rounded. The
            background (background_millicores) is a share of the CPU, not a time: it is the
-           same share at any scale, so x leaves it as it is."""
+           same share at any scale, so x leaves it as it is;
+    model over flat work (scale="flat"): work.model from a preset whose units are a real
+           server's machinery as measured (config/models/grpc-java-here.yaml: grpc-java on this
+           machine at no work), charged as they are, and x flat work per call and per message
+           in the handler on top: what the witness runs (its own machinery, -Dpeer.cpu_us = x)."""
 
     UNITS = ("call", "step", "handoff", "handoff_wake", "message", "wakeup")
+    SCALES = ("units", "flat")
 
-    def __init__(self, model_file=None):
+    def __init__(self, model_file=None, scale="units"):
+        if scale not in self.SCALES:
+            raise ValueError("scale %r: one of %s" % (scale, ", ".join(self.SCALES)))
         self.file = model_file
+        self.scale = scale if model_file else "units"
         self.name = "flat"
         self.units = None
         self.background = 0
@@ -38,15 +46,22 @@ class Cost:
             if not m.get("enabled") or not any(self.units.values()):
                 raise ValueError("%s: no enabled work.model with unit costs" % model_file)
             self.name = "model:" + os.path.splitext(os.path.basename(model_file))[0]
+            if self.scale == "flat":
+                self.name += "+flat"
+
+    def over_flat(self):
+        return self.scale == "flat"
 
     def scaled(self, x):
+        if self.over_flat():
+            return dict(self.units)
         return {u: int(round(v * x)) for u, v in self.units.items()}
 
     def sets(self, x):
         """echod's --set values for x."""
         if not self.units:
             return ["work.defaults.cpu_us=%d" % x]
-        return ["work.defaults.cpu_us=0", "work.model.enabled=true"] + [
+        return ["work.defaults.cpu_us=%d" % (x if self.over_flat() else 0), "work.model.enabled=true"] + [
             "work.model.%s_cpu_us=%d" % (u, v) for u, v in self.scaled(x).items()] + [
             "work.model.background_millicores=%d" % self.background]
 
@@ -56,31 +71,35 @@ class Cost:
         if not self.units:
             return x
         u = self.scaled(x)
-        return u["call"] + 6 * u["step"] + 2 * u["message"]
+        return (x if self.over_flat() else 0) + u["call"] + 6 * u["step"] + 2 * u["message"]
 
     def per_message(self, x):
         """Synthetic µs a direct bidi message burns: cpu_us, or one step + 2 messages."""
         if not self.units:
             return x
         u = self.scaled(x)
-        return u["step"] + 2 * u["message"]
+        return (x if self.over_flat() else 0) + u["step"] + 2 * u["message"]
 
     def slope(self):
         """d per_call / dx, for the calibration's next guess."""
-        if not self.units:
+        if not self.units or self.over_flat():
             return 1.0
         return self.units["call"] + 6 * self.units["step"] + 2 * self.units["message"]
 
     def first(self, target_us):
-        return max(0, int(target_us) - 10) if not self.units else (target_us - 10) / self.slope()
+        if not self.units or self.over_flat():
+            return max(0, int(target_us) - 10 - (self.per_call(0) if self.units else 0))
+        return (target_us - 10) / self.slope()
 
     def next(self, x, target_us, measured_us):
         x = x + (target_us - measured_us) / self.slope()
-        return max(0, int(round(x))) if not self.units else max(0.001, round(x, 4))
+        return max(0, int(round(x))) if not self.units or self.over_flat() else max(0.001, round(x, 4))
 
     def describe(self, x):
         if not self.units:
             return "%d µs" % x
+        if self.over_flat():
+            return "%d µs over the units" % x
         return "x%.3f" % x
 
     def variant(self, x):
@@ -88,6 +107,14 @@ class Cost:
         if not self.units:
             return "flat", "flat: work.defaults.cpu_us = %d µs per call and per bidi message" % x
         u = self.scaled(x)
+        if self.over_flat():
+            return self.name, ("model over flat work: %s as measured: call %d, step %d, handoff %d "
+                               "(+%d waking), message %d, wake-up %d µs, background %d millicores; "
+                               "and work.defaults.cpu_us = %d µs per call and per bidi message "
+                               "(direct: %d µs a unary call, %d µs a bidi message)" % (
+                                   self.relpath(), u["call"], u["step"], u["handoff"],
+                                   u["handoff_wake"], u["message"], u["wakeup"], self.background,
+                                   x, self.per_call(x), self.per_message(x)))
         return self.name, ("model: %s x %.3f: call %d, step %d, handoff %d (+%d waking), message "
                            "%d, wake-up %d µs, background %d millicores (direct: %d µs a unary "
                            "call, %d µs a bidi message)" % (

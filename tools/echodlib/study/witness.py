@@ -8,7 +8,8 @@ the WriteQueue drained at each read batch's end, channelReadComplete), `virtual`
 cached pool) and `fixed:N` (newFixedThreadPool(N)) on the server CPU as echod does (the CPU
 model's prefix: taskset, or the quota's cgroup), with flat work per call and per bidi message at
 the run's scale (`-Dpeer.cpu_us=N`: N is the run's calibrated work.defaults.cpu_us, or under
---model the synthetic µs the model charges a direct call; a run of witness arms alone calibrates
+--model the synthetic µs the model charges a direct call, or with --model-scale flat the flat
+work alone, its own machinery in the units' place; a run of witness arms alone calibrates
 N on the peer's direct arm itself). Without ARMS, --witness runs the study's three (DEFAULT_ARMS).
 
 The JVM (JDK): every witness arm runs on the JDK 21 of the peers dir's install-jdk21.sh (the
@@ -154,8 +155,9 @@ def stream_arms(arms):
 
 
 def cpu_us(run):
-    """The peer's flat work per call: the run's cpu_us, or the model's direct call."""
-    return int(round(run.cost.per_call(run.x)))
+    """The peer's flat work per call: the run's cpu_us, or the model's direct call; over flat
+    work (--model-scale flat) the flat work alone, the peer's own machinery in the units' place."""
+    return int(round(run.x if run.cost.over_flat() else run.cost.per_call(run.x)))
 
 
 def warm_up(run, target):

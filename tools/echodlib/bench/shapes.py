@@ -1,0 +1,173 @@
+"""bench/model shapes: which thread does a call's work, and which one parks, per client shape.
+
+The same closed loop (h2load, `--shapes` CONNSxSTREAMS: connections with that many calls in flight
+each) against grpc-java's arms (--peer-arms, on the JDK 21 when it is installed, flat work
+-Dpeer.cpu_us in the handler) and echod's (--arms) three ways: the same flat work
+(work.defaults.cpu_us); the study's cost model (--preset) scaled so that direct's synthetic call is
+--cpu-us; and grpc-java's machinery as measured here (--here-preset, charged as it is) with the
+same flat work on top, which is what the witness runs. Per call: the server's CPU (capacity = 1e6 / it), and per thread group (event loop,
+pool: grpc-java's carriers or pool threads, echod's workers) its CPU and its voluntary switches
+(the times it parked), and echod's hand-offs by receiver and what they found
+(echod_handoffs_total). The ratios: each server's arms' capacity over its direct's, per shape.
+
+Why (docs/work-model.md, "Where the work runs"): a hand-off that wakes a parked thread costs what
+the thread that parks makes it cost, and which thread parks is set by which one does the call's
+work: grpc-java's witness burns its flat work in the handler (on the executor), the cost model
+charges most of a call to the loop (C, the call's unit), as grpc-java's transport spends it."""
+
+import json
+import os
+import sys
+import tempfile
+
+from .. import daemon, jvm, paths, peers, procstat
+from ..study.cost import Cost
+from . import model, peer_load
+
+DEFAULT_SHAPES = "800x1,32x8"
+HERE_PRESET = os.path.join(paths.ROOT, "config", "models", "grpc-java-here.yaml")
+WARM_S = 5  # an unmeasured run of each shape first: a JVM compiles a new shape's paths
+GROUPS = ("event loop", "pool")
+# echod's threads by name (daemon/dispatch/exec.c: echod-<executor mode>-N; dispatcher.c: echod-pmN)
+_ECHOD_OTHER = ("echod-bg", "echod-admin")
+
+
+def echod_group(name):
+    """The group of an echod thread, named as jvm.thread_group's."""
+    if name.startswith("echod-io"):
+        return "event loop"
+    if name.startswith("echod-") and not name.startswith(_ECHOD_OTHER):
+        return "pool"
+    return "other"
+
+
+def parse_shapes(text):
+    """"800x1,32x8" -> [(800, 1), (32, 8)]; ValueError naming a bad one."""
+    out = []
+    for item in (s for s in text.split(",") if s):
+        c, sep, m = item.partition("x")
+        if not sep or not c.isdigit() or not m.isdigit() or int(c) < 1 or int(m) < 1:
+            raise ValueError("--shapes: %r is not CONNSxSTREAMS (e.g. 800x1)" % item)
+        out.append((int(c), int(m)))
+    if not out:
+        raise ValueError("--shapes: no shape")
+    return out
+
+
+def measure(args, load, pid, shape, classify, admin=None):
+    """One shape's closed loop after an unmeasured one: per call figures."""
+    conns, streams = shape
+    model.Load.run(load.unary, clients=conns, streams=streams, duration=WARM_S)
+    tw = procstat.ThreadWindow(pid, classify)
+    w = model.Window(pid, admin) if admin else None
+    r = model.Load.run(load.unary, clients=conns, streams=streams, duration=args.seconds)
+    if admin:
+        w.close()
+    tw.close()
+    calls = r["succeeded"]
+    comp = tw.groups.get("compiler", {}).get("cpu_s", 0.0)
+    per = tw.per(calls)
+    # net of a JVM's compiler threads (shown apart), as peer_load.net_us
+    out = {"calls": calls, "calls_per_s": r["rps"], "cpu_us": (tw.cpu_s - comp) / calls * 1e6,
+           "compiler_share": comp / tw.cpu_s if tw.cpu_s else None,
+           "groups": {g: per["groups"].get(g, {"cpu_us": 0.0, "vol": 0.0, "invol": 0.0})
+                      for g in GROUPS}}
+    if admin:
+        out["handoffs"] = {"%s %s" % (rc, f): w.delta("echod_handoffs_total", receiver=rc, found=f) / calls
+                           for rc in ("loop", "worker") for f in ("parked", "running")}
+    return out
+
+
+def run_peer(args, arm, workdir, drivers, shapes):
+    jdk = None if peers.jdk21_missing() else 21
+    with peer_load.PeerArm(args, arm, workdir, drivers, jdk=jdk, cpu_us=args.cpu_us) as p:
+        load = model.Load(args, p.peer.port, workdir)
+        return {s: measure(args, load, p.peer.pid, s, jvm.thread_group) for s in shapes}
+
+
+def works(args):
+    """{work: (Cost, x)}: the flat work alone; the study's preset scaled to the same direct call;
+    the measured machinery (--here-preset) with the same flat work on top, as the witness."""
+    model = Cost(args.preset)
+    return {"flat": (Cost(None), args.cpu_us),
+            "model": (model, args.cpu_us / model.slope()),
+            "model+flat": (Cost(args.here_preset, scale="flat"), args.cpu_us)}
+
+
+def run_echod(args, arm, work, workdir, shapes):
+    cost, x = works(args)[work]
+    d = daemon.Echod(config=os.path.join(paths.ROOT, "config", "arms", arm + ".yaml"),
+                     binary=args.echod, prefix=args.cpu.server_prefix,
+                     sets=["log.level=warn"] + cost.sets(x),
+                     log_path=os.path.join(workdir, "echod-%s-%s.log" % (arm, work))).start()
+    try:
+        load = model.Load(args, d.port, workdir)
+        return {s: measure(args, load, d.pid, s, echod_group, d.admin_port) for s in shapes}
+    finally:
+        rc = d.stop()
+        if rc:
+            raise RuntimeError("echod %s %s: %s" % (arm, work, rc))
+
+
+def shapes_main(args):
+    try:
+        shapes = parse_shapes(args.shapes)
+    except ValueError as e:
+        model.log("bench/model %s" % e)
+        return 2
+    ready = peer_load.setup(args, "shapes", None) if args.peer_arms else None
+    workdir = ready[0] if ready else tempfile.mkdtemp(prefix="echod-shapes-")
+    runs = {}
+    if ready:
+        for arm in args.peer_arms.split(","):
+            model.log("grpc-java %s" % arm)
+            runs["grpc-java", arm, "flat"] = run_peer(args, arm, workdir, ready[1], shapes)
+    elif args.peer_arms:
+        model.log("bench/model shapes: no grpc-java arm (above: why)")
+    for arm in args.arms.split(","):
+        for work in works(args):
+            model.log("echod %s %s" % (arm, work))
+            runs["echod", arm, work] = run_echod(args, arm, work, workdir, shapes)
+    render(args, shapes, runs)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"argv": sys.argv, "cpu_model": args.cpu.name, "cpu_us": args.cpu_us,
+                       "runs": {"%s %s %s" % k: {"%dx%d" % s: r for s, r in by.items()}
+                                for k, by in runs.items()}}, fh, indent=1)
+    return 0
+
+
+def render(args, shapes, runs):
+    print("## Who works and who parks, per client shape (bench/model shapes)\n")
+    print("Closed loops, each server on one CPU (%s), h2load on CPU %s, %d s after an unmeasured "
+          "%d s; flat work %d µs a call in the handler (grpc-java: -Dpeer.cpu_us; echod: "
+          "work.defaults.cpu_us), or echod's cost model (model: %s scaled so that direct's call is "
+          "the same %d µs; model+flat: %s as measured, and the same flat work on top). Per call: CPU µs (net of a JVM's compiler threads, whose share is shown), and per thread group its CPU µs and its voluntary switches "
+          "(parks); echod's hand-offs that found the loop or a worker parked.\n" % (
+              args.cpu.name, args.client_cpu, args.seconds, WARM_S, args.cpu_us,
+              os.path.relpath(args.preset, paths.ROOT), args.cpu_us,
+              os.path.relpath(args.here_preset, paths.ROOT)))
+    print("| shape | server | arm | work | calls/s | CPU µs/call | loop µs, parks | pool µs, "
+          "parks | echod hand-offs parked: loop, worker | compiler share |")
+    print("|---|---|---|---|---:|---:|---|---|---|---:|")
+    for s in shapes:
+        for (srv, arm, work), by in runs.items():
+            r = by[s]
+            lo, po = r["groups"]["event loop"], r["groups"]["pool"]
+            h = r.get("handoffs")
+            print("| %dx%d | %s | %s | %s | %.0f | %.0f | %.0f, %.2f | %.0f, %.2f | %s | %s |" % (
+                s[0], s[1], srv, arm, work, r["calls_per_s"], r["cpu_us"], lo["cpu_us"],
+                lo["vol"], po["cpu_us"], po["vol"],
+                "%.2f, %.2f" % (h["loop parked"], h["worker parked"]) if h else "-",
+                "%.1f%%" % (100 * r["compiler_share"]) if srv == "grpc-java" else "-"))
+    print("\nCapacity (1e6 / CPU µs a call) over the same server's and work's `direct`:\n")
+    print("| shape | " + " | ".join("%s %s %s" % k for k in runs if k[1] != "direct") + " |")
+    print("|---|" + "---:|" * sum(1 for k in runs if k[1] != "direct"))
+    for s in shapes:
+        cells = []
+        for (srv, arm, work), by in runs.items():
+            if arm == "direct":
+                continue
+            base = runs.get((srv, "direct", work))
+            cells.append("%.2f" % (base[s]["cpu_us"] / by[s]["cpu_us"]) if base else "-")
+        print("| %dx%d | %s |" % (s[0], s[1], " | ".join(cells)))
