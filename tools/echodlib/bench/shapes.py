@@ -19,14 +19,17 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 from .. import daemon, jvm, paths, peers, procstat
+from ..study import server
 from ..study.cost import Cost
 from . import model, peer_load
 
 DEFAULT_SHAPES = "800x1,32x8"
 HERE_PRESET = os.path.join(paths.ROOT, "config", "models", "grpc-java-here.yaml")
 WARM_S = 5  # an unmeasured run of each shape first: a JVM compiles a new shape's paths
+QUIET_MAX_S = 30  # at most this long for the server to work off the unmeasured run
 GROUPS = ("event loop", "pool")
 # echod's threads by name (daemon/dispatch/exec.c: echod-<executor mode>-N; dispatcher.c: echod-pmN)
 _ECHOD_OTHER = ("echod-bg", "echod-admin")
@@ -54,10 +57,15 @@ def parse_shapes(text):
     return out
 
 
-def measure(args, load, pid, shape, classify, admin=None):
-    """One shape's closed loop after an unmeasured one: per call figures."""
+def measure(args, load, pid, shape, classify, calls_clock, admin=None):
+    """One shape's closed loop after an unmeasured one: per call figures. The window opens once
+    the server has worked off the unmeasured run (calls_clock, the CPU of its threads that run
+    calls, quiet): h2load -D abandons its calls in flight, and a server that runs them anyway
+    (directExecutor() works off its whole read pass) would charge up to a shape's worth of them,
+    800 calls of 2.5 ms, to the measured window's calls."""
     conns, streams = shape
     model.Load.run(load.unary, clients=conns, streams=streams, duration=WARM_S)
+    server.quiet(calls_clock, time.monotonic() + QUIET_MAX_S)
     tw = procstat.ThreadWindow(pid, classify)
     w = model.Window(pid, admin) if admin else None
     r = model.Load.run(load.unary, clients=conns, streams=streams, duration=args.seconds)
@@ -82,7 +90,8 @@ def run_peer(args, arm, workdir, drivers, shapes):
     jdk = None if peers.jdk21_missing() else 21
     with peer_load.PeerArm(args, arm, workdir, drivers, jdk=jdk, cpu_us=args.cpu_us) as p:
         load = model.Load(args, p.peer.port, workdir)
-        return {s: measure(args, load, p.peer.pid, s, jvm.thread_group) for s in shapes}
+        return {s: measure(args, load, p.peer.pid, s, jvm.thread_group,
+                           lambda: jvm.calls_cpu_s(p.peer.pid)) for s in shapes}
 
 
 def works(args):
@@ -102,7 +111,8 @@ def run_echod(args, arm, work, workdir, shapes):
                      log_path=os.path.join(workdir, "echod-%s-%s.log" % (arm, work))).start()
     try:
         load = model.Load(args, d.port, workdir)
-        return {s: measure(args, load, d.pid, s, echod_group, d.admin_port) for s in shapes}
+        return {s: measure(args, load, d.pid, s, echod_group, lambda: procstat.cpu_clock(d.pid),
+                           d.admin_port) for s in shapes}
     finally:
         rc = d.stop()
         if rc:
