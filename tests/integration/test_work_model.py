@@ -559,6 +559,38 @@ class Preset(unittest.TestCase):
         self.assertAlmostEqual(low, 725, delta=0.02 * 725)  # 145 m at 200 calls/s
 
 
+class HerePreset(unittest.TestCase):
+    """config/models/grpc-java-here.yaml: grpc-java's machinery as measured at no work, charged as
+    it is under a flat work per call (bench/study --model-scale flat): read over every arm it
+    changes the work and nothing of the arm, and its units give back the measurements it names
+    (bench/results/model/peer-virtual.md, pinned medians) within their rounding to whole µs."""
+
+    PRESET = os.path.join(ROOT, "config", "models", "grpc-java-here.yaml")
+
+    def test_over_every_arm_with_flat_work(self):
+        for path in sorted(glob.glob(os.path.join(ARMS, "*.yaml"))):
+            with self.subTest(arm=os.path.basename(path)):
+                alone = echod_check_config(path)
+                both = run_echod(["--config", path, "--check-config", self.PRESET,
+                                  "--set", "work.defaults.cpu_us=2468"])
+                self.assertEqual((alone.returncode, both.returncode), (0, 0), both.stderr)
+                a, b = yaml.safe_load(alone.stdout), yaml.safe_load(both.stdout)
+                for key in ("arm", "executor", "dispatch", "transport", "io", "limits", "listen"):
+                    self.assertEqual(a[key], b[key], key)
+                self.assertTrue(b["work"]["model"]["enabled"])
+                self.assertEqual(b["work"]["defaults"]["cpu_us"], 2468)
+
+    def test_units_are_the_measurements(self):
+        m = yaml.safe_load(run_echod(["--check-config", self.PRESET]).stdout)["work"]["model"]
+        self.assertAlmostEqual(m["call_cpu_us"] + 6 * m["step_cpu_us"] + 2 * m["message_cpu_us"],
+                               21.5, delta=1)  # direct's unary call at saturation, net
+        self.assertAlmostEqual(m["step_cpu_us"] + 2 * m["message_cpu_us"], 14.15, delta=1)  # its bidi message
+        self.assertAlmostEqual(m["handoff_cpu_us"], 6.5, delta=0.5)  # Hq: a hand-off that queues
+        self.assertAlmostEqual(m["handoff_cpu_us"] + m["handoff_wake_cpu_us"], 14.9, delta=0.5)  # Hw: one that wakes
+        self.assertAlmostEqual(m["wakeup_cpu_us"], 91.2, delta=0.5)  # direct's loop woken from its poll
+        self.assertAlmostEqual(m["background_millicores"], 2.1, delta=0.5)
+
+
 def run_echod(args):
     return subprocess.run([ECHOD_BIN] + args, capture_output=True, text=True, timeout=30 * SLOW, cwd=ROOT)
 

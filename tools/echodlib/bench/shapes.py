@@ -152,8 +152,10 @@ def render(args, shapes, runs):
     print("Closed loops, each server on one CPU (%s), h2load on CPU %s, %d s after an unmeasured "
           "%d s; flat work %d µs a call in the handler (grpc-java: -Dpeer.cpu_us; echod: "
           "work.defaults.cpu_us), or echod's cost model (model: %s scaled so that direct's call is "
-          "the same %d µs; model+flat: %s as measured, and the same flat work on top). Per call: CPU µs (net of a JVM's compiler threads, whose share is shown), and per thread group its CPU µs and its voluntary switches "
-          "(parks); echod's hand-offs that found the loop or a worker parked.\n" % (
+          "the same %d µs; model+flat: %s as measured, and the same flat work on top). Per call: "
+          "CPU µs (net of a JVM's compiler threads, whose share is shown), and per thread group "
+          "its CPU µs and its voluntary switches (parks); echod's hand-offs that found the loop "
+          "or a worker parked.\n" % (
               args.cpu.name, args.client_cpu, args.seconds, WARM_S, args.cpu_us,
               os.path.relpath(args.preset, paths.ROOT), args.cpu_us,
               os.path.relpath(args.here_preset, paths.ROOT)))
