@@ -527,6 +527,22 @@ class Background(unittest.TestCase):
                 self.assertEqual(d.metrics().metric("echod_work_model_charges_total", kind="background"), 0)
 
 
+def assert_over_every_arm(test, preset, cpu_us, sets=()):
+    """`preset` read over each arm (then `sets`) changes nothing of the arm but its work: the
+    model on, work.defaults.cpu_us as given."""
+    for path in sorted(glob.glob(os.path.join(ARMS, "*.yaml"))):
+        with test.subTest(arm=os.path.basename(path)):
+            alone = echod_check_config(path)
+            both = run_echod(["--config", path, "--check-config", preset]
+                             + [a for kv in sets for a in ("--set", kv)])
+            test.assertEqual((alone.returncode, both.returncode), (0, 0), both.stderr)
+            a, b = yaml.safe_load(alone.stdout), yaml.safe_load(both.stdout)
+            for key in ("arm", "executor", "dispatch", "transport", "io", "limits", "listen"):
+                test.assertEqual(a[key], b[key], key)
+            test.assertTrue(b["work"]["model"]["enabled"])
+            test.assertEqual(b["work"]["defaults"]["cpu_us"], cpu_us)
+
+
 class Preset(unittest.TestCase):
     """config/models/grpc-java-study.yaml: read over every arm it changes the work and nothing of the
     arm, and its unit costs give the direct arm the study's two published plateaus."""
@@ -534,16 +550,7 @@ class Preset(unittest.TestCase):
     PRESET = os.path.join(ROOT, "config", "models", "grpc-java-study.yaml")
 
     def test_preset_over_every_arm(self):
-        for path in sorted(glob.glob(os.path.join(ARMS, "*.yaml"))):
-            with self.subTest(arm=os.path.basename(path)):
-                alone = echod_check_config(path)
-                both = run_echod(["--config", path, "--check-config", self.PRESET])
-                self.assertEqual((alone.returncode, both.returncode), (0, 0), both.stderr)
-                a, b = yaml.safe_load(alone.stdout), yaml.safe_load(both.stdout)
-                for key in ("arm", "executor", "dispatch", "transport", "io", "limits", "listen"):
-                    self.assertEqual(a[key], b[key], key)
-                self.assertTrue(b["work"]["model"]["enabled"])
-                self.assertEqual(b["work"]["defaults"]["cpu_us"], 0)
+        assert_over_every_arm(self, self.PRESET, cpu_us=0)
 
     def test_calibrated_to_the_direct_arm(self):
         m = yaml.safe_load(run_echod(["--check-config", self.PRESET]).stdout)["work"]["model"]
@@ -568,17 +575,7 @@ class HerePreset(unittest.TestCase):
     PRESET = os.path.join(ROOT, "config", "models", "grpc-java-here.yaml")
 
     def test_over_every_arm_with_flat_work(self):
-        for path in sorted(glob.glob(os.path.join(ARMS, "*.yaml"))):
-            with self.subTest(arm=os.path.basename(path)):
-                alone = echod_check_config(path)
-                both = run_echod(["--config", path, "--check-config", self.PRESET,
-                                  "--set", "work.defaults.cpu_us=2468"])
-                self.assertEqual((alone.returncode, both.returncode), (0, 0), both.stderr)
-                a, b = yaml.safe_load(alone.stdout), yaml.safe_load(both.stdout)
-                for key in ("arm", "executor", "dispatch", "transport", "io", "limits", "listen"):
-                    self.assertEqual(a[key], b[key], key)
-                self.assertTrue(b["work"]["model"]["enabled"])
-                self.assertEqual(b["work"]["defaults"]["cpu_us"], 2468)
+        assert_over_every_arm(self, self.PRESET, cpu_us=2468, sets=["work.defaults.cpu_us=2468"])
 
     def test_units_are_the_measurements(self):
         m = yaml.safe_load(run_echod(["--check-config", self.PRESET]).stdout)["work"]["model"]
