@@ -169,25 +169,34 @@ TOTAL_SKIPPED=0
 FAILED_SUITES=()
 SKIPPED_SUITES=()
 
-# count_results DIR NAME: adds DIR's meson test results to the totals and prints them.
+# What each failed test printed last (run_tests makes it): reprinted after the totals, since a CI
+# log is often read from its end only and a suite's failure is many screens above it.
+FAILED_TESTS_LOG=/dev/null
+
+# count_results DIR NAME: adds DIR's meson test results to the totals and prints them; a failed
+# test's name and its output's last lines go to FAILED_TESTS_LOG.
 count_results() {
     local counts
-    counts=$(/usr/bin/python3 - "$1/meson-logs/testlog.json" <<'EOF'
+    counts=$(/usr/bin/python3 - "$1/meson-logs/testlog.json" "$2" "$FAILED_TESTS_LOG" <<'EOF'
 import json, sys
 passed = failed = skipped = 0
 try:
-    with open(sys.argv[1]) as f:
+    with open(sys.argv[1]) as f, open(sys.argv[3], "a") as out:
         for line in f:
             line = line.strip()
             if not line:
                 continue
-            r = json.loads(line).get("result", "")
+            t = json.loads(line)
+            r = t.get("result", "")
             if r in ("OK", "EXPECTEDFAIL"):
                 passed += 1
             elif r == "SKIP":
                 skipped += 1
             else:
                 failed += 1
+                tail = (t.get("stdout") or "").rstrip().splitlines()[-40:]
+                out.write(f"== {sys.argv[2]}: {t.get('name')}: {r} after {t.get('duration', 0):.0f} s; "
+                          "its last lines:\n" + "".join(f"   {l}\n" for l in tail))
 except OSError:
     failed += 1
 print(passed, failed, skipped)
@@ -385,6 +394,8 @@ run_arm64() {
 
 run_tests() {
     local suites=${ECHOD_SUITES:-release asan tsan ucontext arm64 fuzz memcheck image}
+    FAILED_TESTS_LOG=$(mktemp)
+    trap 'rm -f "$FAILED_TESTS_LOG"' EXIT
     local s tsan_opts lsan_opts why
     for s in $suites; do
         case $s in
@@ -451,6 +462,7 @@ run_tests() {
     done
     echo
     if [ "${#FAILED_SUITES[@]}" -gt 0 ]; then
+        cat "$FAILED_TESTS_LOG"
         log "failed: ${FAILED_SUITES[*]}"
     fi
     if [ "${#SKIPPED_SUITES[@]}" -gt 0 ]; then
