@@ -25,6 +25,8 @@ where they are scaled up).
   Background.*                 background_millicores: 1 ms slices on echod-bg, exactly counted
   Preset.*                     config/models/grpc-java-study.yaml leaves every arm's dispatch keys
                                alone and gives direct the study's published plateaus
+  HerePreset.*                 config/models/grpc-java-here(-quota).yaml: the same, and their
+                               units give back the measurements of grpc-java they name
   Distributions.*              sampled mean and tail against the parameters; a seed reproduces
                                a sequence, and echod-seed a call's values in any order
 
@@ -567,25 +569,40 @@ class Preset(unittest.TestCase):
 
 
 class HerePreset(unittest.TestCase):
-    """config/models/grpc-java-here.yaml: grpc-java's machinery as measured at no work, charged as
-    it is under a flat work per call (bench/study --model-scale flat): read over every arm it
-    changes the work and nothing of the arm, and its units give back the measurements it names
-    (bench/results/model/peer-virtual.md, pinned medians) within their rounding to whole µs."""
+    """config/models/grpc-java-here.yaml (pinned) and grpc-java-here-quota.yaml (a one-CPU quota):
+    grpc-java's machinery as measured at no work, charged as it is under a flat work per call
+    (bench/study --model-scale flat): read over every arm each changes the work and nothing of the
+    arm, and its units give back the measurements it names (bench/results/model/peer-virtual.md and
+    peer-virtual-quota.md, medians of two rounds) within their rounding to whole µs."""
 
-    PRESET = os.path.join(ROOT, "config", "models", "grpc-java-here.yaml")
+    # preset: direct's unary call at saturation (net), its bidi message, Hq (a hand-off that
+    # queues), Hw (one that wakes, in all), w (direct's loop woken from its poll), background
+    MEASURED = {
+        "grpc-java-here.yaml": dict(call=21.5, message=14.15, hq=6.5, hw=14.9, w=91.2, bg=2.1),
+        "grpc-java-here-quota.yaml": dict(call=25.3, message=10.95, hq=2.7, hw=21.8, w=146, bg=3.5),
+    }
+
+    @staticmethod
+    def preset(name):
+        return os.path.join(ROOT, "config", "models", name)
 
     def test_over_every_arm_with_flat_work(self):
-        assert_over_every_arm(self, self.PRESET, cpu_us=2468, sets=["work.defaults.cpu_us=2468"])
+        for name in self.MEASURED:
+            with self.subTest(preset=name):
+                assert_over_every_arm(self, self.preset(name), cpu_us=2468,
+                                      sets=["work.defaults.cpu_us=2468"])
 
     def test_units_are_the_measurements(self):
-        m = yaml.safe_load(run_echod(["--check-config", self.PRESET]).stdout)["work"]["model"]
-        self.assertAlmostEqual(m["call_cpu_us"] + 6 * m["step_cpu_us"] + 2 * m["message_cpu_us"],
-                               21.5, delta=1)  # direct's unary call at saturation, net
-        self.assertAlmostEqual(m["step_cpu_us"] + 2 * m["message_cpu_us"], 14.15, delta=1)  # its bidi message
-        self.assertAlmostEqual(m["handoff_cpu_us"], 6.5, delta=0.5)  # Hq: a hand-off that queues
-        self.assertAlmostEqual(m["handoff_cpu_us"] + m["handoff_wake_cpu_us"], 14.9, delta=0.5)  # Hw: one that wakes
-        self.assertAlmostEqual(m["wakeup_cpu_us"], 91.2, delta=0.5)  # direct's loop woken from its poll
-        self.assertAlmostEqual(m["background_millicores"], 2.1, delta=0.5)
+        for name, x in self.MEASURED.items():
+            with self.subTest(preset=name):
+                m = yaml.safe_load(run_echod(["--check-config", self.preset(name)]).stdout)["work"]["model"]
+                self.assertAlmostEqual(m["call_cpu_us"] + 6 * m["step_cpu_us"] + 2 * m["message_cpu_us"],
+                                       x["call"], delta=1)
+                self.assertAlmostEqual(m["step_cpu_us"] + 2 * m["message_cpu_us"], x["message"], delta=1)
+                self.assertAlmostEqual(m["handoff_cpu_us"], x["hq"], delta=0.5)
+                self.assertAlmostEqual(m["handoff_cpu_us"] + m["handoff_wake_cpu_us"], x["hw"], delta=0.5)
+                self.assertAlmostEqual(m["wakeup_cpu_us"], x["w"], delta=0.5)
+                self.assertAlmostEqual(m["background_millicores"], x["bg"], delta=0.5)
 
 
 def run_echod(args):

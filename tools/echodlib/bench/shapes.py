@@ -27,7 +27,9 @@ from ..study.cost import Cost
 from . import model, peer_load
 
 DEFAULT_SHAPES = "800x1,32x8"
-HERE_PRESET = os.path.join(paths.ROOT, "config", "models", "grpc-java-here.yaml")
+# grpc-java's machinery as measured in each CPU model (bench/results/model/peer-virtual*.md)
+HERE_PRESETS = {"pinned": os.path.join(paths.ROOT, "config", "models", "grpc-java-here.yaml"),
+                "quota": os.path.join(paths.ROOT, "config", "models", "grpc-java-here-quota.yaml")}
 WARM_S = 5  # an unmeasured run of each shape first: a JVM compiles a new shape's paths
 QUIET_MAX_S = 30  # at most this long for the server to work off the unmeasured run
 GROUPS = ("event loop", "pool")
