@@ -136,12 +136,41 @@ stoppable() {
     "$@" >"$fz_log" 2>&1 &
     fz_pid=$!
     while :; do
-        if [ -n "$stop" ]; then kill -s "$stop" "$fz_pid" 2>/dev/null || true; fi
+        if [ -n "$stop" ]; then
+            kill -s "$stop" "$fz_pid" 2>/dev/null || true
+            reap_interrupted "$fz_log" "$fz_pid" && return 72
+        fi
         fz_rc=0
         wait "$fz_pid" || fz_rc=$?
         # a stop makes wait return while CMD still runs: pass it on, and wait again
         kill -0 "$fz_pid" 2>/dev/null || return $fz_rc
     done
+}
+
+# reap_interrupted LOG PID: true when the stopped fuzzer PID printed its final stats and then hung,
+# killed here. libFuzzer's SIGINT/SIGTERM handler prints them, then removes a scratch directory
+# (opendir: malloc) before _Exit; a signal that lands while the fuzzer holds malloc's lock
+# deadlocks it there, for good (seen in CI: the main thread in a futex after "run interrupted").
+# What it found is already on disk, so the stop goes on as libFuzzer's own exit (72) would.
+reap_interrupted() {
+    i=0
+    while kill -0 "$2" 2>/dev/null; do
+        if [ $i -ge 100 ] && grep -q '^stat::peak_rss_mb' "$1"; then
+            kill -s KILL "$2" 2>/dev/null || true
+            wait "$2" 2>/dev/null || true
+            echo "== $(basename "$1" .log): the fuzzer hung after its final stats (libFuzzer's interrupt handler); killed after 10 s" >&2
+            return 0
+        fi
+        if [ $i -ge 300 ]; then
+            # hung before its stats (a printf's lock): a failure the summary shows, not a hang
+            echo "== $(basename "$1" .log): the fuzzer did not exit within 30 s of the stop; killed" >&2
+            kill -s KILL "$2" 2>/dev/null || true
+            return 1
+        fi
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
 }
 
 # minimise T SCRATCH...: rebuilds tests/fuzz/corpus/T from itself and SCRATCH, keeping only inputs
