@@ -24,13 +24,14 @@ enum { FIX = 1024, PROBE = 256, STRETCH = 16384 };
 static _Thread_local uint64_t iter_cost, read_cost;
 
 /*
- * The thread's CPU clock is a system call (no vDSO serves it: ~0.6 us here), so reading it after
- * every few iterations would make a short burn mostly clock reads and overshoot it by one. The
- * burn reads it once per stretch of up to ~6 us, sizes each stretch from the iterations' measured
+ * The thread's CPU clock is a system call (no vDSO serves it: 1.2-1.6 us on this VM), so reading
+ * it after every few iterations would make a short burn mostly clock reads and overshoot it by one.
+ * The burn reads it once per stretch of up to ~6 us, sizes each stretch from the iterations' measured
  * cost so that it ends a clock read before the target, and spins the last stretch, shorter than
- * two reads, without reading at all. A 20 us charge then burns within a few tenths of a
- * microsecond of 20 us; the model's counters add unit costs, and this is what makes the CPU
- * clocks agree with them (tests/integration/test_work_model.py).
+ * two reads, without reading at all. A 20 us charge then burns within about a microsecond of
+ * 20 us (half a read, its return, and the blind stretch's error: test_work prints it); the model's
+ * counters add unit costs, and this is what makes the CPU clocks agree with them
+ * (tests/integration/test_work_model.py).
  */
 void echod_burn_ns(uint64_t ns)
 {

@@ -486,7 +486,14 @@ for _arm in ALL_ARMS:
 class Background(unittest.TestCase):
     """work.model.background_millicores: a thread of its own (echod-bg) burns 1 ms slices, each one
     charge of kind and thread `background` and exactly 1 ms in the CPU seconds, which its own CPU
-    clock agrees with (a wide band: the wait between slices costs a little); no thread without it."""
+    clock agrees with slice by slice; no thread without it.
+
+    Each slice is judged by the clock's step from one slice to the next, and the test asserts the
+    median step. A total over the thread's life also holds its start (under ASan 0.5-0.9 ms here)
+    and whatever lands on its clock between two burns: this kernel charges interrupts to the task
+    on the CPU (no IRQ_TIME_ACCOUNTING), and this Firecracker VM reports no steal time, so a vCPU
+    the host takes away is likely charged the same way. A burn stops on that clock and absorbs
+    such time; the few microseconds around a burn cannot (a CI run read 16.9 ms for 8 slices)."""
 
     def test_slices(self):
         # 4 millicores: a slice every 250 ms, so that three scrapes (slow under a sanitizer) often
@@ -498,23 +505,31 @@ class Background(unittest.TestCase):
             def count(m):
                 return m.metric("echod_work_model_charges_total", kind="background", thread="background")
 
-            d.wait_metrics(lambda m: count(m) >= 8, timeout=30 * SLOW, what="8 background slices")
-            # a scrape with no slice between two others: every counter of it is the same slice's
-            for _ in range(100):
-                a, m, b = d.metrics(), d.metrics(), d.metrics()
+            # the thread's CPU clock soon after each count first showed, read between two scrapes of
+            # the same count: 250 ms before the next slice starts
+            first, m = {}, None
+            deadline = time.monotonic() + 30 * SLOW
+            while len(first) < 10 and time.monotonic() < deadline:
+                a = d.metrics()
+                cpu = thread_cpu_s(d.pid, "echod-bg")
+                b = d.metrics()
                 if count(a) == count(b):
-                    break
-            self.assertEqual(count(a), count(b), "a slice between every two scrapes, 250 ms apart")
+                    first.setdefault(int(count(a)), cpu)
+                    m = b
+                time.sleep(0.02)
+            steps = sorted(first[k + 1] - first[k] for k in first if k + 1 in first)
+            self.assertGreaterEqual(len(steps), 7, "slices read one after another: %s" % sorted(first))
             n = count(m)
             self.assertEqual(m.metric("echod_work_model_charges_total", kind="background"), n)
             self.assertAlmostEqual(m.metric("echod_work_model_cpu_seconds_total", kind="background"), n * 1e-3,
                                    delta=1e-9)
-            c0 = count(d.metrics())
-            cpu = thread_cpu_s(d.pid, "echod-bg")
-            c1 = count(d.metrics())
-            self.assertTrue(0.9 * c0 * 1e-3 <= cpu <= 1.5 * (c1 + 1) * 1e-3,
-                            "echod-bg's CPU clock %.4f s for %d..%d slices" % (cpu, c0, c1))
-            print("\n  background 4 millicores: %d slices, echod-bg's CPU clock %.2f ms" % (c1, cpu * 1e3))
+            median = statistics.median(steps)
+            text = "echod-bg's CPU clock a slice, ms: %s" % " ".join("%.3f" % (s * 1e3) for s in steps)
+            # the burn stops on this clock: in all, no less than 1 ms a counted slice
+            last = max(first)
+            self.assertGreaterEqual(first[last], 0.9e-3 * last, "%d slices: %.4f s" % (last, first[last]))
+            self.assertTrue(0.9e-3 <= median <= 1.5e-3, text)
+            print("\n  background 4 millicores: %s (median %.3f)" % (text, median * 1e3))
 
     def test_no_thread_without_a_rate(self):
         for sets in ([], ["work.model={enabled: true, call_cpu_us: 5}"],

@@ -395,27 +395,38 @@ static void test_background(void)
           0);
 }
 
-/* The burn against the thread's CPU clock: never much short, and over by little (a clock read). The
- * median of many burns: a burn that the kernel preempted is charged the switches' own CPU. */
+/* The burn against the thread's CPU clock: never much short, and over by little. The median of many
+ * burns: a burn that the kernel preempted is charged the switches' own CPU. What the test sees is the
+ * burn plus its own clock read (a system call: 1.2-1.6 us on this VM, ~2 us under qemu-user), so it
+ * measures that read (a burn of 0 returns at once) and takes it off; the burn itself ends about half
+ * a read late (its last read's return), and is allowed one read, 1 us and 1% more. */
+static uint64_t burn_median_ns(uint64_t ns)
+{
+    enum { N = 201 };
+    uint64_t t[N];
+    for (int i = 0; i < N; i++) {
+        uint64_t t0 = thread_cpu_ns();
+        echod_burn_ns(ns);
+        t[i] = thread_cpu_ns() - t0;
+    }
+    qsort(t, N, sizeof(t[0]), cmp_u64);
+    if (ns != 0) {
+        printf("burn %llu ns: median %llu ns (%+.1f%%), shortest %llu ns", (unsigned long long)ns,
+               (unsigned long long)t[N / 2], 100.0 * ((double)t[N / 2] / (double)ns - 1), (unsigned long long)t[0]);
+        CHECK(t[0] >= ns * 9 / 10);
+    }
+    return t[N / 2];
+}
+
 static void test_burn(void)
 {
     static const uint64_t units_ns[] = {5000, 20000, 200000};
+    uint64_t read = burn_median_ns(0);
     for (size_t u = 0; u < sizeof(units_ns) / sizeof(units_ns[0]); u++) {
-        enum { N = 201 };
-        uint64_t t[N];
-        for (int i = 0; i < N; i++) {
-            uint64_t t0 = thread_cpu_ns();
-            echod_burn_ns(units_ns[u]);
-            t[i] = thread_cpu_ns() - t0;
-        }
-        qsort(t, N, sizeof(t[0]), cmp_u64);
-        uint64_t median = t[N / 2];
-        printf("burn %llu ns: median %llu ns (%+.1f%%), shortest %llu ns\n", (unsigned long long)units_ns[u],
-               (unsigned long long)median, 100.0 * ((double)median / (double)units_ns[u] - 1),
-               (unsigned long long)t[0]);
-        CHECK(t[0] >= units_ns[u] * 9 / 10);
-        /* a clock read is a system call: a few hundred ns, several times that under a sanitizer */
-        CHECK(median - units_ns[u] < 3000 + units_ns[u] / 100);
+        uint64_t median = burn_median_ns(units_ns[u]);
+        int64_t over = (int64_t)(median - read - units_ns[u]);
+        printf(", over by %+lld ns past the test's own read (%llu ns)\n", (long long)over, (unsigned long long)read);
+        CHECK(over < (int64_t)(read + 1000 + units_ns[u] / 100));
     }
 }
 
