@@ -280,6 +280,10 @@ static const key_def_t model_keys[] = {
     UINT_KEY("handoff_wake_cpu_us", CFG, work.model.handoff_wake_cpu_us, 0, MAX_WORK_US, 0),
     UINT_KEY("message_cpu_us", CFG, work.model.message_cpu_us, 0, MAX_WORK_US, 0),
     UINT_KEY("wakeup_cpu_us", CFG, work.model.wakeup_cpu_us, 0, MAX_WORK_US, 0),
+    UINT_KEY("wakeup_short_cpu_us", CFG, work.model.wakeup_short_cpu_us, 0, MAX_WORK_US, 0),
+    /* a sleep, not a cost: up to an idle minute */
+    UINT_KEY("wakeup_full_sleep_us", CFG, work.model.wakeup_full_sleep_us, 0, 60000000, 0),
+    RATIO_KEY("wakeup_sleep_exponent", CFG, work.model.wakeup_sleep_exponent, 0.5),
     /* one thread burns it: at most a whole CPU */
     UINT_KEY("background_millicores", CFG, work.model.background_millicores, 0, 1000, 0),
     END_OF_KEYS,
@@ -1718,9 +1722,13 @@ static int check_model(const echod_config_t *cfg, char *err, size_t errlen)
     const struct {
         const char *key;
         uint32_t us;
-    } units[] = {{"call_cpu_us", m->call_cpu_us},       {"step_cpu_us", m->step_cpu_us},
-                 {"handoff_cpu_us", m->handoff_cpu_us}, {"handoff_wake_cpu_us", m->handoff_wake_cpu_us},
-                 {"message_cpu_us", m->message_cpu_us}, {"wakeup_cpu_us", m->wakeup_cpu_us}};
+    } units[] = {{"call_cpu_us", m->call_cpu_us},
+                 {"step_cpu_us", m->step_cpu_us},
+                 {"handoff_cpu_us", m->handoff_cpu_us},
+                 {"handoff_wake_cpu_us", m->handoff_wake_cpu_us},
+                 {"message_cpu_us", m->message_cpu_us},
+                 {"wakeup_cpu_us", m->wakeup_cpu_us},
+                 {"wakeup_short_cpu_us", m->wakeup_short_cpu_us}};
     for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
         if (check_us_cap(cfg, "work.model", units[i].key, units[i].us, "work.max_cpu", cfg->work.max_cpu_ms, err,
                          errlen) != 0)

@@ -84,9 +84,14 @@ typedef struct {
     uint32_t message_cpu_us; /* per message in and per message out, where it is decoded or encoded */
     /* in addition to handoff_cpu_us, per hand-off that found its receiver parked (and so woke it) */
     uint32_t handoff_wake_cpu_us;
-    /* server-wide only (no call's): per I/O wake-up of a loop, on the loop; and a steady
-     * background rate in thousandths of a CPU, on a thread of its own (work/background.h) */
+    /* server-wide only (no call's): per I/O wake-up of a loop, on the loop, after a sleep in its
+     * poll of wakeup_full_sleep_us or more (0: whatever the sleep); a shorter sleep s costs
+     * short + (wakeup_cpu_us - short) x (s / full)^wakeup_sleep_exponent; and a steady background
+     * rate in thousandths of a CPU, on a thread of its own (work/background.h) */
     uint32_t wakeup_cpu_us;
+    uint32_t wakeup_short_cpu_us;
+    uint32_t wakeup_full_sleep_us;
+    double wakeup_sleep_exponent;
     uint32_t background_millicores;
 } echod_work_model_t;
 

@@ -182,12 +182,14 @@ static void build_info_series(echod_metrics__render_t *r, const echod_metrics__f
         echod_metrics__label(r, "sched_policy", echod_sched_policy_name(cfg->dispatch.sched_policy));
         /* flat cost or cost model: the unit costs a scrape was priced with (per call they may differ) */
         const echod_work_model_t *m = &cfg->work.model;
-        char model[192] = "off";
+        char model[256] = "off";
         if (m->enabled)
             snprintf(model, sizeof(model),
-                     "call=%u,step=%u,handoff=%u,message=%u,handoff_wake=%u,wakeup=%u,background_millicores=%u",
+                     "call=%u,step=%u,handoff=%u,message=%u,handoff_wake=%u,wakeup=%u,wakeup_short=%u,"
+                     "wakeup_full_sleep_us=%u,wakeup_sleep_exponent=%g,background_millicores=%u",
                      m->call_cpu_us, m->step_cpu_us, m->handoff_cpu_us, m->message_cpu_us, m->handoff_wake_cpu_us,
-                     m->wakeup_cpu_us, m->background_millicores);
+                     m->wakeup_cpu_us, m->wakeup_short_cpu_us, m->wakeup_full_sleep_us, m->wakeup_sleep_exponent,
+                     m->background_millicores);
         echod_metrics__label(r, "work_model", model);
         echod_metrics__label(r, "config_sha256", cfg->sha256);
     }
@@ -248,6 +250,11 @@ static const echod_metrics__family_t serving[] = {
      "I/O loop iterations that slept in the poll and woke to work, by cause: a read or accept (io), or a batch of "
      "loop tasks (task).",
      FIELD(loop_wakeups), .label = {LABEL("cause", echod_loop_wake_names, ECHOD_LOOP_WAKE__COUNT, U64)}},
+    {"echod_loop_wakeup_sleep_seconds_total", COUNTER,
+     "Seconds I/O loops slept in the polls that ended in a wake-up, by cause: over echod_loop_wakeups_total, the "
+     "mean sleep a wake-up ends.",
+     FIELD(loop_wakeup_sleep_ns), SCALED(1e9),
+     .label = {LABEL("cause", echod_loop_wake_names, ECHOD_LOOP_WAKE__COUNT, U64)}},
     {"echod_flushes_total", COUNTER, "Write-queue flushes (one writev each), by trigger.", FIELD(flushes),
      .label = {LABEL("trigger", echod_flush_trigger_names, ECHOD_FLUSH_TRIGGER__COUNT, U64)}},
     {"echod_flush_frames", HISTOGRAM, "HTTP/2 frames written per flush.", FIELD(flush_frames)},

@@ -104,7 +104,8 @@ typedef struct {
     _Atomic uint64_t loop_tasks[ECHOD_LOOP_TASK__COUNT];
     /* hand-offs of calls, by receiver and what they found (dispatch/step.h) */
     _Atomic uint64_t handoffs[ECHOD_HANDOFF_RECEIVER__COUNT][ECHOD_HANDOFF_FOUND__COUNT];
-    _Atomic uint64_t loop_wakeups[ECHOD_LOOP_WAKE__COUNT]; /* loop iterations that slept, by what woke them */
+    _Atomic uint64_t loop_wakeups[ECHOD_LOOP_WAKE__COUNT];         /* loop iterations that slept, by what woke them */
+    _Atomic uint64_t loop_wakeup_sleep_ns[ECHOD_LOOP_WAKE__COUNT]; /* how long those slept in all */
     _Atomic uint64_t flushes[ECHOD_FLUSH_TRIGGER__COUNT];
     echod_histogram_t flush_frames;
     echod_histogram_t flush_bytes;

@@ -64,6 +64,7 @@ static uint64_t voluntary_switches(void)
 static void run_waiting(echod_loop_t *loop)
 {
     loop->poll_switches = voluntary_switches();
+    loop->poll_began_ns = echod_now_ns();
     loop->iteration_asked = 0;
     h2o_evloop_run(loop->evloop, INT32_MAX);
 }
@@ -75,9 +76,12 @@ int echod_loop_woken(echod_loop_t *loop, echod_loop_wake_t cause)
     loop->iteration_asked = 1;
     if (voluntary_switches() == loop->poll_switches)
         return 0;
+    /* the poll's whole wait, the run queue's delay after the wake included: a few µs */
+    uint64_t slept_ns = echod_now_ns() - loop->poll_began_ns;
     ECHOD_COUNT(echod_metrics.loop_wakeups[cause]);
+    ECHOD_ADD(echod_metrics.loop_wakeup_sleep_ns[cause], slept_ns);
     if (cause == ECHOD_LOOP_WAKE_IO)
-        echod_model_charge(&loop->model, ECHOD_CHARGE_WAKEUP, ECHOD_CHARGE_ON_LOOP);
+        echod_model_charge_wakeup(&loop->model, slept_ns);
     return 1;
 }
 

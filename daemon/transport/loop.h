@@ -54,10 +54,10 @@ typedef struct echod_loop {
     h2o_timeout_entry_t reads_entry;
     int reads_more; /* the last wait was full: the batch waits for the next one */
     int in_task_batch;
-    /* Wake-ups (echod_loop_woken): this thread's voluntary context switches as the iteration's
-     * poll began, whether a callback has asked yet in this iteration, and whether the running
-     * task batch woke the loop (its first task found the loop parked). */
-    uint64_t poll_switches;
+    /* Wake-ups (echod_loop_woken): this thread's voluntary context switches and the monotonic
+     * clock as the iteration's poll began, whether a callback has asked yet in this iteration,
+     * and whether the running task batch woke the loop (its first task found the loop parked). */
+    uint64_t poll_switches, poll_began_ns;
     int iteration_asked;
     int batch_woke;
     echod_model_t model; /* the server's work.model: what a wake-up by I/O burns */
@@ -96,8 +96,10 @@ static inline echod_loop_t *echod_loop_current(void)
  * accept (ECHOD_LOOP_WAKE_IO), the batch of loop tasks (ECHOD_LOOP_WAKE_TASK). Returns 1 when it
  * is the first such callback of the loop's iteration and the thread slept in the iteration's
  * poll (its voluntary context switches moved: getrusage, once, lazily): a wake-up, counted in
- * echod_loop_wakeups_total{cause}, and by I/O charged work.model.wakeup_cpu_us on the loop. 0
- * otherwise: the loop was running, or the callback is not the iteration's first.
+ * echod_loop_wakeups_total{cause} with the time since the poll began in
+ * echod_loop_wakeup_sleep_seconds_total{cause}, and by I/O charged work.model's wake-up, priced
+ * by that sleep, on the loop. 0 otherwise: the loop was running, or the callback is not the
+ * iteration's first.
  */
 int echod_loop_woken(echod_loop_t *loop, echod_loop_wake_t cause);
 

@@ -1,3 +1,4 @@
+#include <math.h>
 #include <string.h>
 #include "metrics/metrics.h"
 #include "work/burn.h"
@@ -14,6 +15,9 @@ void echod_model_init(echod_model_t *m, const echod_work_model_t *cfg)
     m->us[ECHOD_CHARGE_MESSAGE] = cfg->message_cpu_us;
     m->us[ECHOD_CHARGE_HANDOFF_WAKE] = cfg->handoff_wake_cpu_us;
     m->us[ECHOD_CHARGE_WAKEUP] = cfg->wakeup_cpu_us; /* the loop's, from the server's model */
+    m->wakeup_short_us = cfg->wakeup_short_cpu_us;
+    m->wakeup_full_sleep_ns = (uint64_t)cfg->wakeup_full_sleep_us * 1000;
+    m->wakeup_exponent = cfg->wakeup_sleep_exponent;
     /* the charges a call makes; a wake-up or the background is nobody's call */
     m->on = cfg->call_cpu_us != 0 || cfg->step_cpu_us != 0 || cfg->handoff_cpu_us != 0 || cfg->message_cpu_us != 0 ||
             cfg->handoff_wake_cpu_us != 0;
@@ -37,6 +41,19 @@ void echod_model_charge(const echod_model_t *m, echod_charge_kind_t kind, echod_
 {
     if (m->us[kind] != 0)
         echod_model_charge_us(kind, thread, m->us[kind]);
+}
+
+void echod_model_charge_wakeup(const echod_model_t *m, uint64_t slept_ns)
+{
+    uint64_t ns = (uint64_t)m->us[ECHOD_CHARGE_WAKEUP] * 1000;
+    if (ns == 0)
+        return;
+    if (slept_ns < m->wakeup_full_sleep_ns) {
+        double shortest = m->wakeup_short_us * 1000.0, part = (double)slept_ns / (double)m->wakeup_full_sleep_ns;
+        ns = (uint64_t)(shortest + ((double)ns - shortest) * pow(part, m->wakeup_exponent));
+    }
+    echod_burn_ns(ns);
+    account(ECHOD_CHARGE_WAKEUP, ECHOD_CHARGE_ON_LOOP, ns, 1);
 }
 
 void echod_model_charge_handoff(const echod_model_t *m, echod_charge_thread_t thread, int parked)

@@ -19,6 +19,9 @@
 typedef struct {
     int on;                           /* 0: no charge of a call's (call ... message) burns anything */
     uint32_t us[ECHOD_CHARGE__COUNT]; /* unit costs by echod_charge_kind_t; all 0 when not enabled */
+    uint32_t wakeup_short_us;         /* WAKEUP after no sleep at all... */
+    uint64_t wakeup_full_sleep_ns;    /* ...and the whole unit from this sleep on (0: whatever the sleep) */
+    double wakeup_exponent;
 } echod_model_t;
 
 /* From the config's (or a call's) unit costs: on when enabled and a call's cost is not 0. */
@@ -26,6 +29,13 @@ void echod_model_init(echod_model_t *m, const echod_work_model_t *cfg);
 
 /* Burns one unit of `kind` on the calling thread and counts it (not for ECHOD_CHARGE_CALL). */
 void echod_model_charge(const echod_model_t *m, echod_charge_kind_t kind, echod_charge_thread_t thread);
+
+/*
+ * One I/O wake-up of the calling loop after `slept_ns` in its poll: WAKEUP, or for a sleep
+ * shorter than the model's full sleep short + (WAKEUP - short) x (slept / full)^exponent
+ * (config.h): a thread woken after a short sleep finds more of its caches as it left them.
+ */
+void echod_model_charge_wakeup(const echod_model_t *m, uint64_t slept_ns);
 
 /*
  * One hand-off received by the calling thread: HANDOFF, and HANDOFF_WAKE on top when it found

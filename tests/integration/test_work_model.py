@@ -23,6 +23,8 @@ where they are scaled up).
                                and what they found, the loop's wake-ups, their charges exactly;
                                the parked share falls with the load
   Background.*                 background_millicores: 1 ms slices on echod-bg, exactly counted
+  WakeBySleep.*                a wake-up priced by the loop's sleep: charged exactly as the sleep
+                               counter says, more after a longer pause
   Preset.*                     config/models/grpc-java-study.yaml leaves every arm's dispatch keys
                                alone and gives direct the study's published plateaus
   HerePreset.*                 config/models/grpc-java-here(-quota).yaml: the same, and their
@@ -35,6 +37,7 @@ Run on its own: ECHOD_BIN=build/daemon/echod /usr/bin/python3 tests/integration/
 
 import concurrent.futures
 import glob
+import json
 import math
 import os
 import shutil
@@ -140,7 +143,8 @@ class Model(unittest.TestCase):
             stub = EchoStub(ch)
             labels = d.metrics().series("echod_build_info")[0][0]
             self.assertEqual(labels.get("work_model"), "call=%d,step=%d,handoff=%d,message=%d,handoff_wake=%d,"
-                             "wakeup=0,background_millicores=0" % (CALL, STEP, HANDOFF, MESSAGE, WAKE))
+                             "wakeup=0,wakeup_short=0,wakeup_full_sleep_us=0,wakeup_sleep_exponent=0.5,"
+                             "background_millicores=0" % (CALL, STEP, HANDOFF, MESSAGE, WAKE))
             for i in range(10):  # warm-up: connection, threads, caches
                 stub.UnaryEcho("w", timeout=T)
             m0 = d.wait_idle()
@@ -583,18 +587,62 @@ class Preset(unittest.TestCase):
         self.assertAlmostEqual(low, 725, delta=0.02 * 725)  # 145 m at 200 calls/s
 
 
+class WakeBySleep(unittest.TestCase):
+    """work.model's wake-up priced by the loop's sleep (wakeup_full_sleep_us): on direct, calls
+    paced 40 ms apart and then 1 ms apart. A linear price (exponent 1, no short price) over a
+    full sleep of 10 s makes every wake-up's charge a hundredth of its sleep, so the counters must
+    agree exactly: the wake-up charges are the I/O wake-ups, their seconds a hundredth of
+    echod_loop_wakeup_sleep_seconds_total{cause="io"}; and a wake-up after the longer pause is
+    charged more than after the shorter one, by as much as it slept longer."""
+
+    CALLS = 20
+
+    def batch(self, d, stub, pause):
+        m0 = d.wait_idle()
+        for _ in range(self.CALLS):
+            stub.UnaryEcho("w", timeout=T)
+            time.sleep(pause)
+        m1 = d.wait_idle()
+        return {"wakes": metric_delta(m1, m0, "echod_loop_wakeups_total", cause="io"),
+                "slept_s": metric_delta(m1, m0, "echod_loop_wakeup_sleep_seconds_total", cause="io"),
+                "charges": charges(m1, m0, "wakeup", "loop"), "charged_s": charged_s(m1, m0, "wakeup", "loop")}
+
+    def test_priced_by_the_sleep(self):
+        sets = ["work.model={enabled: true, wakeup_cpu_us: 100000, wakeup_full_sleep_us: 10000000, "
+                "wakeup_sleep_exponent: 1.0}"]
+        with Daemon(config=os.path.join(ARMS, "direct.yaml"), sets=sets) as d:
+            ch = d.channel()
+            stub = EchoStub(ch)
+            for _ in range(5):
+                stub.UnaryEcho("w", timeout=T)
+            slow, fast = self.batch(d, stub, 0.04), self.batch(d, stub, 0.001)
+            ch.close()
+        for b, what in ((slow, "40 ms apart"), (fast, "1 ms apart")):
+            self.assertGreaterEqual(b["wakes"], self.CALLS, "%s: %r" % (what, b))
+            self.assertEqual(b["charges"], b["wakes"], "%s: %r" % (what, b))
+            # each wake-up's ns truncated apart: at most 1 ns each
+            self.assertAlmostEqual(b["charged_s"], b["slept_s"] / 100, delta=b["wakes"] * 1e-9 + 1e-9,
+                                   msg="%s: %r" % (what, b))
+        per = {k: b["charged_s"] / b["wakes"] for k, b in (("slow", slow), ("fast", fast))}
+        print("\n  direct, I/O wake-ups a call and their mean sleep: %.2f, %.2f ms (40 ms apart); %.2f, %.2f ms "
+              "(1 ms apart)" % (slow["wakes"] / self.CALLS, slow["slept_s"] / slow["wakes"] * 1e3,
+                                fast["wakes"] / self.CALLS, fast["slept_s"] / fast["wakes"] * 1e3))
+        self.assertGreater(per["slow"], 3 * per["fast"], "the price of a wake-up after 40 ms against 1 ms: %r" % per)
+
+
 class HerePreset(unittest.TestCase):
     """config/models/grpc-java-here.yaml (pinned) and grpc-java-here-quota.yaml (a one-CPU quota):
     grpc-java's machinery as measured at no work, charged as it is under a flat work per call
     (bench/study --model-scale flat): read over every arm each changes the work and nothing of the
     arm, and its units give back the measurements it names (bench/results/model/peer-virtual.md and
-    peer-virtual-quota.md, medians of two rounds) within their rounding to whole µs."""
+    peer-virtual-quota.md, medians of two rounds; the loop's wake-up by its sleep, the fit in
+    wake-by-sleep-pinned.json and -quota.json) within their rounding."""
 
     # preset: direct's unary call at saturation (net), its bidi message, Hq (a hand-off that
-    # queues), Hw (one that wakes, in all), w (direct's loop woken from its poll), background
+    # queues), Hw (one that wakes, in all), background; and the file of the wake-up's fit
     MEASURED = {
-        "grpc-java-here.yaml": dict(call=21.5, message=14.15, hq=6.5, hw=14.9, w=91.2, bg=2.1),
-        "grpc-java-here-quota.yaml": dict(call=25.3, message=10.95, hq=2.7, hw=21.8, w=146, bg=3.5),
+        "grpc-java-here.yaml": dict(call=21.5, message=14.15, hq=6.5, hw=14.9, bg=2.1, wake="pinned"),
+        "grpc-java-here-quota.yaml": dict(call=25.3, message=10.95, hq=2.7, hw=21.8, bg=3.5, wake="quota"),
     }
 
     @staticmethod
@@ -616,8 +664,13 @@ class HerePreset(unittest.TestCase):
                 self.assertAlmostEqual(m["step_cpu_us"] + 2 * m["message_cpu_us"], x["message"], delta=1)
                 self.assertAlmostEqual(m["handoff_cpu_us"], x["hq"], delta=0.5)
                 self.assertAlmostEqual(m["handoff_cpu_us"] + m["handoff_wake_cpu_us"], x["hw"], delta=0.5)
-                self.assertAlmostEqual(m["wakeup_cpu_us"], x["w"], delta=0.5)
                 self.assertAlmostEqual(m["background_millicores"], x["bg"], delta=0.5)
+                with open(os.path.join(ROOT, "bench", "results", "model", "wake-by-sleep-%s.json" % x["wake"])) as fh:
+                    fit = json.load(fh)["fit"]
+                self.assertAlmostEqual(m["wakeup_cpu_us"], fit["full_us"], delta=0.5)
+                self.assertAlmostEqual(m["wakeup_short_cpu_us"], fit["short_us"], delta=0.5)
+                self.assertAlmostEqual(m["wakeup_full_sleep_us"], fit["full_sleep_ms"] * 1000, delta=500)
+                self.assertAlmostEqual(m["wakeup_sleep_exponent"], fit["exponent"], delta=0.005)
 
 
 def run_echod(args):

@@ -1052,7 +1052,7 @@ class Costs(unittest.TestCase):
                              "    wakeup_cpu_us: 40\n    background_millicores: 50\n"))
         self.assertEqual(c.name, "model:preset")
         self.assertEqual(c.scaled(0.5), {"call": 50, "step": 1, "handoff": 5, "handoff_wake": 15,
-                                         "message": 10, "wakeup": 20})
+                                         "message": 10, "wakeup": 20, "wakeup_short": 0})
         # the background is a share of the CPU: the same at any scale
         self.assertEqual(c.sets(0.5), ["work.defaults.cpu_us=0", "work.model.enabled=true",
                                        "work.model.call_cpu_us=50", "work.model.step_cpu_us=1",
@@ -1060,12 +1060,25 @@ class Costs(unittest.TestCase):
                                        "work.model.handoff_wake_cpu_us=15",
                                        "work.model.message_cpu_us=10",
                                        "work.model.wakeup_cpu_us=20",
+                                       "work.model.wakeup_short_cpu_us=0",
                                        "work.model.background_millicores=50"])
         self.assertEqual((c.per_call(0.5), c.per_message(0.5), c.slope()), (76, 21, 152))
         self.assertAlmostEqual(c.stream_capacity(0.5, 400), 400 * 76 / 21.0)
         self.assertEqual(c.describe(0.5), "x0.500")
         self.assertRaisesRegex(ValueError, "no enabled work.model", Cost,
                                self.preset("work:\n  model:\n    enabled: false\n"))
+
+    def test_model_wake_by_sleep(self):
+        """A preset that prices a wake-up by the loop's sleep: the short price scales as a unit
+        does, the full sleep and the exponent are a time and a shape, the same at any scale."""
+        c = Cost(self.preset("work:\n  model:\n    enabled: true\n    call_cpu_us: 100\n"
+                             "    wakeup_cpu_us: 300\n    wakeup_short_cpu_us: 40\n"
+                             "    wakeup_full_sleep_us: 50000\n    wakeup_sleep_exponent: 0.45\n"))
+        sets = c.sets(0.5)
+        self.assertIn("work.model.wakeup_cpu_us=150", sets)
+        self.assertIn("work.model.wakeup_short_cpu_us=20", sets)
+        self.assertEqual(sets[-2:], ["work.model.wakeup_full_sleep_us=50000",
+                                     "work.model.wakeup_sleep_exponent=0.45"])
 
     def test_model_over_flat(self):
         """A preset of measured machinery charged as it is, x flat work in the handler on top:
@@ -1076,7 +1089,7 @@ class Costs(unittest.TestCase):
                              "    background_millicores: 2\n"), scale="flat")
         self.assertEqual(c.name, "model:preset+flat")
         self.assertEqual(c.scaled(2000), {"call": 8, "step": 0, "handoff": 7, "handoff_wake": 8,
-                                          "message": 7, "wakeup": 91})
+                                          "message": 7, "wakeup": 91, "wakeup_short": 0})
         self.assertEqual(c.sets(2000)[:2], ["work.defaults.cpu_us=2000", "work.model.enabled=true"])
         self.assertIn("work.model.wakeup_cpu_us=91", c.sets(2000))
         self.assertEqual((c.per_call(2000), c.per_message(2000), c.slope()), (2022, 2014, 1.0))

@@ -332,6 +332,38 @@ static void test_model_charges(void)
     CHECK(!m.on && m.us[ECHOD_CHARGE_WAKEUP] == 5);
 }
 
+/* A loop's wake-up by I/O costs its unit after a sleep of the full sleep or more, and
+ * short + (unit - short) x (sleep / full)^exponent after a shorter one; without a full sleep, the
+ * unit whatever the sleep. */
+static void test_model_wakeup_by_sleep(void)
+{
+    echod_work_model_t cfg = {.enabled = true,
+                              .wakeup_cpu_us = 400,
+                              .wakeup_short_cpu_us = 40,
+                              .wakeup_full_sleep_us = 10000,
+                              .wakeup_sleep_exponent = 0.5};
+    echod_model_t m;
+    echod_model_init(&m, &cfg);
+    uint64_t c0 = charged(ECHOD_CHARGE_WAKEUP, ECHOD_CHARGE_ON_LOOP),
+             ns0 = charged_ns(ECHOD_CHARGE_WAKEUP, ECHOD_CHARGE_ON_LOOP);
+    echod_model_charge_wakeup(&m, 20000000); /* 20 ms: the whole unit */
+    CHECK(charged_ns(ECHOD_CHARGE_WAKEUP, ECHOD_CHARGE_ON_LOOP) - ns0 == 400000);
+    echod_model_charge_wakeup(&m, 100000); /* 0.1 ms: 40 + 360 x (0.01)^0.5 = 76 us */
+    CHECK(charged_ns(ECHOD_CHARGE_WAKEUP, ECHOD_CHARGE_ON_LOOP) - ns0 == 476000);
+    echod_model_charge_wakeup(&m, 0); /* no sleep at all: the short price */
+    CHECK(charged(ECHOD_CHARGE_WAKEUP, ECHOD_CHARGE_ON_LOOP) - c0 == 3);
+    CHECK(charged_ns(ECHOD_CHARGE_WAKEUP, ECHOD_CHARGE_ON_LOOP) - ns0 == 516000);
+
+    cfg.wakeup_full_sleep_us = 0;
+    echod_model_init(&m, &cfg);
+    echod_model_charge_wakeup(&m, 1000);
+    CHECK(charged_ns(ECHOD_CHARGE_WAKEUP, ECHOD_CHARGE_ON_LOOP) - ns0 == 916000);
+    cfg.wakeup_cpu_us = 0; /* no unit: neither burnt nor counted */
+    echod_model_init(&m, &cfg);
+    echod_model_charge_wakeup(&m, 1000);
+    CHECK(charged(ECHOD_CHARGE_WAKEUP, ECHOD_CHARGE_ON_LOOP) - c0 == 4);
+}
+
 /* A hand-off burns handoff, and handoff_wake on top when it found its receiver parked: one
  * charge of each, on the receiving thread. */
 static void test_model_handoffs(void)
@@ -440,6 +472,7 @@ int main(void)
     test_headers();
     test_model_charges();
     test_model_handoffs();
+    test_model_wakeup_by_sleep();
     test_background();
     test_burn();
     echod_config_free(&cfg);

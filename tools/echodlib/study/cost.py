@@ -26,7 +26,7 @@ class Cost:
            machine at no work), charged as they are, and x flat work per call and per message
            in the handler on top: what the witness runs (its own machinery, -Dpeer.cpu_us = x)."""
 
-    UNITS = ("call", "step", "handoff", "handoff_wake", "message", "wakeup")
+    UNITS = ("call", "step", "handoff", "handoff_wake", "message", "wakeup", "wakeup_short")
     SCALES = ("units", "flat")
 
     def __init__(self, model_file=None, scale="units"):
@@ -37,12 +37,16 @@ class Cost:
         self.name = "flat"
         self.units = None
         self.background = 0
+        self.wake_sleep = None
         if model_file:
             with open(model_file) as fh:
                 doc = yaml.safe_load(fh) or {}
             m = (doc.get("work") or {}).get("model") or {}
             self.units = {u: int(m.get(u + "_cpu_us", 0)) for u in self.UNITS}
             self.background = int(m.get("background_millicores", 0))
+            # a wake-up's price by the loop's sleep: a time and an exponent, the same at any scale
+            self.wake_sleep = {"wakeup_full_sleep_us": int(m.get("wakeup_full_sleep_us", 0)),
+                               "wakeup_sleep_exponent": float(m.get("wakeup_sleep_exponent", 0.5))}
             if not m.get("enabled") or not any(self.units.values()):
                 raise ValueError("%s: no enabled work.model with unit costs" % model_file)
             self.name = "model:" + os.path.splitext(os.path.basename(model_file))[0]
@@ -63,7 +67,9 @@ class Cost:
             return ["work.defaults.cpu_us=%d" % x]
         return ["work.defaults.cpu_us=%d" % (x if self.over_flat() else 0), "work.model.enabled=true"] + [
             "work.model.%s_cpu_us=%d" % (u, v) for u, v in self.scaled(x).items()] + [
-            "work.model.background_millicores=%d" % self.background]
+            "work.model.background_millicores=%d" % self.background] + (
+            ["work.model.%s=%s" % kv for kv in self.wake_sleep.items()]
+            if self.wake_sleep["wakeup_full_sleep_us"] else [])
 
     def per_call(self, x):
         """Synthetic µs a direct unary call burns: cpu_us, or call + 6 steps + 2 messages (the

@@ -245,6 +245,7 @@ def document(run, found, elapsed, variant, variant_text, problems):
             "cost": {"variant": variant, "text": variant_text, "cpu_us": x,
                      "model": cost.relpath(), "units": cost.units and cost.scaled(x),
                      "background_millicores": cost.background,
+                     "wake_by_sleep": cost.wake_sleep,
                      "stream_capacity": cost.stream_capacity(x, run.cap)},
             "grid_stalls": run.stalls and run.stalls.doc(cost.per_call(x)),
             "findings": found, "verdict_rule": F.rule_text(),
