@@ -1738,5 +1738,32 @@ class Shapes(unittest.TestCase):
         self.assertEqual(jvm.thread_group("ForkJoinPool-1-worker-1"), "pool")
 
 
+
+class WakeFit(unittest.TestCase):
+    """bench/model wake: a run is a wake-up to the next sleep, its preempted slices summed; the
+    fit gives back the price curve it was drawn from."""
+
+    def test_runs_of_timehist(self):
+        from echodlib.bench import wake
+        text = """           time    cpu  task name                       wait time  sch delay   run time  state
+   100.000100 [0001]  nioEventLoopGroup[7/5]              20.000      0.010      0.100      R
+   100.000300 [0000]  k6[9/9]                              0.000      0.000      0.050      S
+   100.000400 [0001]  nioEventLoopGroup[7/5]               0.000      0.100      0.050      S
+   100.000700 [0001]  nioEventLoopGroup[8/5]               0.200      0.005      0.030      S
+   100.001000 [0001]  nioEventLoopGroup[7/5]               0.150      0.002      0.040      D
+"""
+        self.assertEqual(wake.runs_of(text, {7, 8}), [(20.0, 150.0), (0.2, 30.0), (0.15, 40.0)])
+
+    def test_fit_gives_back_its_curve(self):
+        from echodlib.bench import wake
+        truth = {"short_us": 40.0, "full_us": 300.0, "full_sleep_ms": 50.0, "exponent": 0.5}
+        windows = [{"long_sleep_ms": s, "wake_us": wake.price(truth, s), "short_run_us": 40.0}
+                   for s in (0.5, 1.0, 5.0, 20.0, 50.0)]
+        f = wake.fit(windows)
+        self.assertEqual((f["short_us"], f["full_sleep_ms"], f["exponent"]), (40.0, 50.0, 0.5))
+        self.assertAlmostEqual(f["full_us"], 300.0, places=6)
+        self.assertLess(f["rms_us"], 1e-6)
+        self.assertIsNone(wake.fit(windows[:1]))
+
 if __name__ == "__main__":
     unittest.main()

@@ -65,6 +65,12 @@ def loop_runs(pid, record):
                                ",".join(map(str, loops))], capture_output=True, text=True, check=True).stdout
     finally:
         os.unlink(data)
+    return out, runs_of(text, loops)
+
+
+def runs_of(text, loops):
+    """[(sleep ms, CPU µs)] of each run of the threads `loops` in `perf sched timehist --state`
+    output: a slice that ended preempted (R) goes on with the thread's next one."""
     runs, open_runs = [], {}  # tid -> [sleep ms, µs so far] of a run that was preempted
     for line in text.splitlines():
         m = _SLICE.match(line)
@@ -77,7 +83,7 @@ def loop_runs(pid, record):
             open_runs[tid] = run
         else:
             runs.append(tuple(run))
-    return out, runs
+    return runs
 
 
 def window_figures(rate, rnd, w, runs, hot_us):
