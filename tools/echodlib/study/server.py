@@ -75,7 +75,7 @@ class CpuModel:
         self.client_prefix = ["taskset", "-c", str(client_cpu)]
         if self.name == "pinned":
             self.server_prefix = ["taskset", "-c", str(server_cpu)]
-            self.text = ("pinned core: echod on CPU %s (taskset), the driver on CPU %s"
+            self.text = ("pinned core: the server on CPU %s (taskset), the driver on CPU %s"
                          % (server_cpu, client_cpu))
         else:
             self.group, why = cgroup.CpuQuota.create("echod-study", 1.0)
