@@ -635,8 +635,8 @@ class HerePreset(unittest.TestCase):
     grpc-java's machinery as measured at no work, charged as it is under a flat work per call
     (bench/study --model-scale flat): read over every arm each changes the work and nothing of the
     arm, and its units give back the measurements it names (bench/results/model/peer-virtual.md and
-    peer-virtual-quota.md, medians of two rounds; the loop's wake-up by its sleep, the fit in
-    wake-by-sleep-pinned.json and -quota.json) within their rounding."""
+    peer-virtual-quota.md, medians of two rounds; the loop's wake-up by its sleep beyond echod's
+    own, the fit in wake-net-pinned.json and -quota.json) within their rounding."""
 
     # preset: direct's unary call at saturation (net), its bidi message, Hq (a hand-off that
     # queues), Hw (one that wakes, in all), background; and the file of the wake-up's fit
@@ -665,7 +665,7 @@ class HerePreset(unittest.TestCase):
                 self.assertAlmostEqual(m["handoff_cpu_us"], x["hq"], delta=0.5)
                 self.assertAlmostEqual(m["handoff_cpu_us"] + m["handoff_wake_cpu_us"], x["hw"], delta=0.5)
                 self.assertAlmostEqual(m["background_millicores"], x["bg"], delta=0.5)
-                with open(os.path.join(ROOT, "bench", "results", "model", "wake-by-sleep-%s.json" % x["wake"])) as fh:
+                with open(os.path.join(ROOT, "bench", "results", "model", "wake-net-%s.json" % x["wake"])) as fh:
                     fit = json.load(fh)["fit"]
                 self.assertAlmostEqual(m["wakeup_cpu_us"], fit["full_us"], delta=0.5)
                 self.assertAlmostEqual(m["wakeup_short_cpu_us"], fit["short_us"], delta=0.5)

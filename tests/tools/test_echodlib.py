@@ -1765,5 +1765,40 @@ class WakeFit(unittest.TestCase):
         self.assertLess(f["rms_us"], 1e-6)
         self.assertIsNone(wake.fit(windows[:1]))
 
+    def test_net_of_echods_own(self):
+        """The model's price is grpc-java's wake-up less echod's own of the same rate and round,
+        at grpc-java's sleeps; a window either side lacks stays without a figure."""
+        from echodlib.bench import wake
+        gross = [{"rate": 20, "round": 1, "long_sleep_ms": 49.0, "wake_us": 300.0, "short_run_us": 45.0},
+                 {"rate": 20, "round": 2, "long_sleep_ms": 48.0, "wake_us": 280.0, "short_run_us": None},
+                 {"rate": 1000, "round": 1, "long_sleep_ms": 1.4, "wake_us": 70.0, "short_run_us": 40.0}]
+        own = [{"rate": 20, "round": 2, "long_sleep_ms": 45.0, "wake_us": 130.0, "short_run_us": 33.0},
+               {"rate": 20, "round": 1, "long_sleep_ms": 46.0, "wake_us": 120.0, "short_run_us": 35.0}]
+        self.assertEqual(wake.net_windows(gross, own), [
+            {"rate": 20, "round": 1, "long_sleep_ms": 49.0, "wake_us": 180.0, "short_run_us": 10.0},
+            {"rate": 20, "round": 2, "long_sleep_ms": 48.0, "wake_us": 150.0, "short_run_us": None},
+            {"rate": 1000, "round": 1, "long_sleep_ms": 1.4, "wake_us": None, "short_run_us": None}])
+
+    def test_committed_runs_render(self):
+        """--from-json renders both kinds of committed run: grpc-java's alone (its own fit is the
+        model's) and with echod's own beside it (the model's fit is the difference)."""
+        from echodlib import paths
+        from echodlib.bench import wake
+        base = os.path.join(paths.ROOT, "bench", "results", "model")
+        for name, parts in (("wake-by-sleep-quota.json", 1), ("wake-net-quota.json", 3)):
+            with self.subTest(run=name):
+                with open(os.path.join(base, name)) as fh:
+                    doc = json.load(fh)
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    wake.render(doc)
+                text = out.getvalue()
+                self.assertEqual(text.count("\n## "), parts - 1)
+                f = doc["fit"]
+                self.assertEqual(text.count("work.model:"), 1)
+                self.assertIn("work.model: wakeup_cpu_us: %d, wakeup_short_cpu_us: %d" % (
+                    round(f["full_us"]), round(f["short_us"])), text)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -11,7 +11,15 @@ at saturation, from `bench/model peer`) is what the wake-up cost. The runs after
 (a call's short second wake) give the price of a wake-up after almost no sleep. The fit is the model's
 (work.model, docs/work-model.md): w(s) = short + (full - short) x (s / S)^e, S the longest sleep
 measured (the slowest rate's gap), full and e by least squares over the long-sleep runs of every
-window (at 2,000 calls/s a run still lasts a fifth of the gap: it rarely finds a second call)."""
+window (at 2,000 calls/s a run still lasts a fifth of the gap: it rarely finds a second call).
+
+Then echod's own `direct` (no model, no work) under the same CPU model, the same rates and rounds,
+measured the same way: a wake-up costs any process on this machine (the kernel's wake path, the
+caches and TLB a sleep lost), and echod's loop pays that itself, on top of what the model charges.
+Its hot call is its loop's CPU a call in a closed loop (h2load 64 x 1). The model's price is the
+difference, window by window (same rate, same round): what grpc-java's wake-up costs beyond
+echod's own, fitted as above ("fit"; the gross curves beside it). --no-own leaves echod out and
+fits grpc-java's gross curve, as before 2026-12-05."""
 
 import json
 import math
@@ -23,8 +31,9 @@ import subprocess
 import tempfile
 import time
 
-from .. import fmt, jvm, procstat
-from . import peer_load
+from .. import daemon, fmt, jvm, paths, procstat
+from ..study import server
+from . import peer_load, shapes
 from .model import log
 
 # perf sched timehist --state: time, [cpu], comm[tid/pid], wait, sch delay, run time (ms), the state
@@ -45,11 +54,12 @@ def unusable():
     return None
 
 
-def loop_runs(pid, record):
+def loop_runs(pid, classify, record):
     """record() inside `perf sched record`: its result, and [(sleep ms, CPU µs)] of each run of the
-    JVM's event-loop threads from a wake-up to their next sleep."""
+    server's event-loop threads (classify(name): jvm.thread_group, shapes.echod_group) from a
+    wake-up to their next sleep."""
     loops = [tid for tid, (name, _, _, _) in procstat.threads(pid).items()
-             if jvm.thread_group(name) == "event loop"]
+             if classify(name) == "event loop"]
     fd, data = tempfile.mkstemp(prefix="echod-wake-", suffix=".data")
     os.close(fd)
     rec = subprocess.Popen(["perf", "sched", "record", "-q", "-o", data],
@@ -126,6 +136,19 @@ def fit(windows):
             "rms_us": math.sqrt(err / len(pts)), "points": len(pts)}
 
 
+def net_windows(gross, own):
+    """grpc-java's windows less echod's own of the same rate and round: the wake and the short run
+    each less echod's, at grpc-java's sleeps (None where either side has none)."""
+    mine = {(x["rate"], x["round"]): x for x in own}
+    out = []
+    for x in gross:
+        o = mine.get((x["rate"], x["round"]), {})
+        less = lambda k: x[k] - o[k] if x.get(k) is not None and o.get(k) is not None else None
+        out.append({"rate": x["rate"], "round": x["round"], "long_sleep_ms": x["long_sleep_ms"],
+                    "wake_us": less("wake_us"), "short_run_us": less("short_run_us")})
+    return out
+
+
 def price(f, sleep_ms):
     return f["short_us"] + (f["full_us"] - f["short_us"]) * min(1.0, sleep_ms / f["full_sleep_ms"]) ** f["exponent"]
 
@@ -145,11 +168,17 @@ def wake_main(args):
             for rate in args.wake_rates:
                 log("round %d: %d calls/s" % (rnd, rate))
                 drivers.fixed_k6(p.target, "warm", rate, 5)
-                w, runs = loop_runs(p.peer.pid, lambda: p.low(rate, args.seconds))
+                w, runs = loop_runs(p.peer.pid, jvm.thread_group, lambda: p.low(rate, args.seconds))
                 windows.append(window_figures(rate, rnd, w, runs, args.hot_us))
     out = {"cpu_model": args.cpu.text, "rates": args.wake_rates, "rounds": args.rounds, "seconds": args.seconds,
-           "hot_us": args.hot_us, "warmup": p.warmup, "windows": windows, "fit": fit(windows),
+           "hot_us": args.hot_us, "warmup": p.warmup, "windows": windows, "fit_grpc_java": fit(windows),
            "machine": peer_load.machine_note()}
+    if args.no_own:
+        out["fit"] = out["fit_grpc_java"]
+    else:
+        out.update(own_windows(args, workdir, drivers))
+        out["fit_own"] = fit(out["own_windows"])
+        out["fit"] = fit(net_windows(windows, out["own_windows"]))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
@@ -157,30 +186,91 @@ def wake_main(args):
     return 0
 
 
+def own_windows(args, workdir, drivers):
+    """echod's own direct loop (no model, no work) under args.cpu: its hot call (a closed loop,
+    h2load 64 x 1) and the windows of wake_main's rates and rounds, measured as grpc-java's."""
+    d = daemon.Echod(config=os.path.join(paths.ROOT, "config", "arms", "direct.yaml"), binary=args.echod,
+                     prefix=args.cpu.server_prefix, sets=["log.level=warn"],
+                     log_path=os.path.join(workdir, "echod-direct.log")).start()
+    target = server.echod_target(d)
+
+    def window(load):
+        tw = procstat.ThreadWindow(d.pid, shapes.echod_group)
+        cpus0 = procstat.cpu_times()
+        calls = load()
+        tw.close()
+        return peer_load.window_figures(tw, calls, procstat.cpu_times(), cpus0, None, {})
+
+    try:
+        drivers.closed_loop(target, 5, 64, 1)
+        hot = window(lambda: drivers.closed_loop(target, args.seconds, 64, 1)["succeeded"])
+        hot_us = hot["per"]["groups"]["event loop"]["cpu_us"]
+        log("echod direct: its loop's hot call %.1f µs" % hot_us)
+        windows = []
+        for rnd in range(1, args.rounds + 1):
+            for rate in args.wake_rates:
+                log("echod, round %d: %d calls/s" % (rnd, rate))
+                drivers.fixed_k6(target, "warm", rate, 5)
+                w, runs = loop_runs(d.pid, shapes.echod_group,
+                                    lambda: window(lambda: drivers.fixed_k6(target, "echod", rate, args.seconds)["ok"]))
+                windows.append(window_figures(rate, rnd, w, runs, hot_us))
+    finally:
+        rc = d.stop()
+    if rc:
+        raise RuntimeError("echod direct: %s" % rc)
+    return {"own_hot_us": hot_us, "own_windows": windows}
+
+
 def render(out):
+    gross = out.get("fit_grpc_java", out["fit"])
     print("## grpc-java direct's loop: a wake-up's cost by its sleep (%s)\n" % out["cpu_model"])
     print("Each rate: k6 constant-arrival-rate for %d s under perf sched; a run is the loop's CPU from a "
           "wake-up to its next sleep; the call's hot loop cost %.1f µs (direct at saturation) taken off "
           "the run after its long sleep.\n" % (out["seconds"], out["hot_us"]))
+    render_windows(out["windows"], gross, "compiler s")
+    render_fit("grpc-java's wake-up", gross, model="own_windows" not in out)
+    if "own_windows" not in out:
+        return
+    print("\n## echod's own direct loop, measured the same way (no model, no work)\n")
+    print("Its hot call: %.1f µs (its loop's CPU a call, h2load 64 x 1).\n" % out["own_hot_us"])
+    render_windows(out["own_windows"], out["fit_own"], None)
+    render_fit("echod's own wake-up", out["fit_own"])
+    print("\n## The model's price: grpc-java's wake-up less echod's own\n")
+    print("Window by window (same rate and round): the wake and the short run each less echod's.\n")
+    print("| calls/s | round | grpc-java's sleep, ms | wake µs beyond echod's | short run µs beyond echod's |")
+    print("|---:|---:|---:|---:|---:|")
+    for x in net_windows(out["windows"], out["own_windows"]):
+        print("| %d | %d | %s | %s | %s |" % (x["rate"], x["round"], fmt.num(x["long_sleep_ms"], 1),
+                                            fmt.num(x["wake_us"], 0), fmt.num(x["short_run_us"], 0)))
+    render_fit("grpc-java's wake-up beyond echod's", out["fit"], model=True)
+
+
+def render_windows(windows, f, last):
     print("| calls/s | round | loop µs/call, parks | runs a call, their µs | long sleeps a call | their median "
-          "sleep, ms | run µs | wake µs | fit µs | runs after 0.1-0.3 ms: a call, µs | compiler s |")
-    print("|---:|---:|---|---|---:|---:|---:|---:|---:|---|---:|")
-    f = fit(out["windows"])
-    for x in out["windows"]:
-        print("| %d | %d | %s, %s | %s, %s | %s | %s | %s | %s | %s | %s, %s | %s |" % (
+          "sleep, ms | run µs | wake µs | fit µs | runs after 0.1-0.3 ms: a call, µs |%s" % (
+              " %s |" % last if last else ""))
+    print("|---:|---:|---|---|---:|---:|---:|---:|---:|---|%s" % ("---:|" if last else ""))
+    for x in windows:
+        print("| %d | %d | %s, %s | %s, %s | %s | %s | %s | %s | %s | %s, %s |%s" % (
             x["rate"], x["round"], fmt.num(x["loop_us"], 0), fmt.num(x["loop_parks"], 2),
             fmt.num(x["runs_per_call"], 2), fmt.num(x["runs_us_per_call"], 0), fmt.num(x["long_per_call"], 2),
             fmt.num(x["long_sleep_ms"], 1), fmt.num(x["long_run_us"], 0), fmt.num(x["wake_us"], 0),
             fmt.num(price(f, x["long_sleep_ms"]), 0) if f and x["long_sleep_ms"] is not None else "-",
-            fmt.num(x["short_per_call"], 2), fmt.num(x["short_run_us"], 0), fmt.num(x["compiler_s"], 2)))
+            fmt.num(x["short_per_call"], 2), fmt.num(x["short_run_us"], 0),
+            " %s |" % fmt.num(x["compiler_s"], 2) if last else ""))
+
+
+def render_fit(what, f, model=False):
     if not f:
-        print("\nno fit: fewer than two windows with long sleeps")
+        print("\n%s: no fit (fewer than two windows with long sleeps)" % what)
         return
-    print("\nfit over %d windows (rms %.0f µs): w(s) = %.0f + (%.0f - %.0f) x (s / %.0f ms)^%.2f" % (
-        f["points"], f["rms_us"], f["short_us"], f["full_us"], f["short_us"], f["full_sleep_ms"], f["exponent"]))
+    print("\n%s, fit over %d windows (rms %.0f µs): w(s) = %.0f + (%.0f - %.0f) x (s / %.0f ms)^%.2f" % (
+        what, f["points"], f["rms_us"], f["short_us"], f["full_us"], f["short_us"], f["full_sleep_ms"],
+        f["exponent"]))
     print("\n| sleep, ms | %s |" % " | ".join("%g" % s for s in (0.05, 0.2, 1, 5, 20, f["full_sleep_ms"])))
     print("|---|%s" % ("---:|" * 6))
     print("| w, µs | %s |" % " | ".join("%.0f" % price(f, s) for s in (0.05, 0.2, 1, 5, 20, f["full_sleep_ms"])))
-    print("\nwork.model: wakeup_cpu_us: %d, wakeup_short_cpu_us: %d, wakeup_full_sleep_us: %d, "
-          "wakeup_sleep_exponent: %.2f" % (round(f["full_us"]), round(f["short_us"]),
-                                           round(f["full_sleep_ms"] * 1000, -3), f["exponent"]))
+    if model:
+        print("\nwork.model: wakeup_cpu_us: %d, wakeup_short_cpu_us: %d, wakeup_full_sleep_us: %d, "
+              "wakeup_sleep_exponent: %.2f" % (round(f["full_us"]), round(f["short_us"]),
+                                               round(f["full_sleep_ms"] * 1000, -3), f["exponent"]))
