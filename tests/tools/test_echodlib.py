@@ -560,6 +560,53 @@ class Findings(unittest.TestCase):
         echod["virtual"]["mux"]["closed"]["failed"] = 3
         self.assertIsNone(mux.mux_figures(echod)[0]["value"])
 
+    def test_mux_rounds(self):
+        """An open step's rounds: the figure is the median of its ratios round by round, with
+        their range; echod's differs from grpc-java's only where the ranges are apart too."""
+        from echodlib.study import mux
+
+        def arm(oks):
+            return {"mux": {"closed": None, "open": [
+                {"stage": "open 1.2x", "fraction": 1.2, "round": i + 1, "ok": ok,
+                 "duration_s": 10.0, "p99_ms": 100.0, "failed": 0, "conns": 32, "streams": 56,
+                 "offered": 477, "p50_ms": 50.0, "cpu_us_per_call": 2500}
+                for i, ok in enumerate(oks)]}}
+        # the drain answers a connection at a time: its rounds agree; direct's lose a pass
+        echod = {"direct-drain": arm([3960, 3950, 3960]), "direct": arm([3740, 3330, 3860])}
+        g = mux.mux_figures(echod)[2]
+        self.assertEqual(g["title"], "goodput, direct-drain / direct at 1.2x")
+        self.assertEqual([round(r, 3) for r in g["rounds"]], [1.059, 1.186, 1.026])
+        self.assertAlmostEqual(g["value"], 3960 / 3740)
+        self.assertEqual([round(x, 3) for x in g["range"]], [1.026, 1.186])
+        self.assertEqual(g["terms"], (396.0, 374.0))
+        # grpc-java's rounds of one process: 1.43, 1.40, 1.01
+        java = {"java-direct-drain": arm([3700, 3700, 3710]),
+                "java-direct": arm([2590, 2650, 3675])}
+        names = {"direct": "java-direct", "direct-drain": "java-direct-drain"}
+        jg = mux.mux_figures(java, names)
+        row = mux.against(mux.mux_figures(echod), jg)[2]
+        self.assertEqual(row["verdict"], mux.WITHIN_SPREAD)
+        self.assertIn("| 1.06 (1.03-1.19) | 1.40 (1.01-1.43) | 0.76 | within the spread |",
+                      "\n".join(mux.against_table([row])))
+        # apart beyond the tolerance in every round: differs; one round inside the other's
+        # range is within it; one round each has no spread
+        far = {"java-direct-drain": arm([3700] * 3), "java-direct": arm([2500, 2550, 2600])}
+        self.assertEqual(mux.against(mux.mux_figures(echod),
+                                     mux.mux_figures(far, names))[2]["verdict"], "differs")
+        one = {"direct-drain": arm([3960]), "direct": arm([3330])}
+        self.assertEqual(mux.against(mux.mux_figures(one), jg)[2]["verdict"], mux.WITHIN_SPREAD)
+        jone = {"java-direct-drain": arm([3700]), "java-direct": arm([2590])}
+        self.assertEqual(mux.against(mux.mux_figures(one), mux.mux_figures(jone, names))[2][
+            "verdict"], "differs")
+        # a failed round is left out of the median and the range
+        echod["direct"]["mux"]["open"][1]["failed"] = 5
+        self.assertEqual(mux.mux_figures(echod)[2]["rounds"][1], None)
+        self.assertEqual([round(x, 3) for x in mux.mux_figures(echod)[2]["range"]],
+                         [1.026, 1.059])
+        rows = mux.steps_table(echod, ["direct"])
+        self.assertEqual([r.split(" | ")[1] for r in rows[2:]],
+                         ["open 1.2x, round 1", "open 1.2x, round 2", "open 1.2x, round 3"])
+
     def test_mux_steps_table(self):
         """A step's connections and streams from its own fields; a failed step says so."""
         from echodlib.study import mux
@@ -894,8 +941,14 @@ class Plan(unittest.TestCase):
         self.assertEqual(q.estimate_s(2, 4.0, extra_ramps=2), 2 * 3 + 2 * 15 + 2 * (4 + 4))
         # --mux: a closed loop as long as a grid step, then the open steps from 1.1x (1.2x)
         self.assertEqual(q.estimate_s(2, 4.0, mux=True), 2 * 3 + 2 * (15 + 2 + 2))
-        self.assertEqual(sorted(q.as_dict()), ["fixed_s", "mux_s", "ramp_fractions", "ramp_s",
-                                               "slice_s", "stream_fractions", "stream_s"])
+        # each open step of a full run's three rounds (--mux-rounds sets them)
+        f = P.Plan(False, step_s=10)
+        self.assertEqual((f.mux_rounds, q.mux_rounds, P.Plan(True, mux_rounds=2).mux_rounds),
+                         (3, 1, 2))
+        self.assertEqual(f.estimate_s(1, mux=True) - f.estimate_s(1), 30 + 2 * 3 * 10)
+        self.assertEqual(sorted(q.as_dict()), ["fixed_s", "mux_rounds", "mux_s",
+                                               "ramp_fractions", "ramp_s", "slice_s",
+                                               "stream_fractions", "stream_s"])
 
 
 class OpenModel(unittest.TestCase):

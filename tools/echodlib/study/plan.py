@@ -12,12 +12,13 @@ QUICK_CAPACITY = 500.0  # --quick's
 # are the cap, whatever the step's length), 15 s in the open model (its backlog, and so its
 # VUs, grow with the step: 120 s steps need 8x the VUs, docs/study-load.md)
 RAMP_S = {"capped": 120, "open": 15}
+MUX_ROUNDS = 3  # --mux-rounds: the multiplexed shape's open steps, each this many times
 
 
 class Plan:
     """Durations (seconds) and steps (multiples of capacity) of a full run or of --quick."""
 
-    def __init__(self, quick, step_s=None, top=1.2, regime="open"):
+    def __init__(self, quick, step_s=None, top=1.2, regime="open", mux_rounds=None):
         self.quick = quick
         self.top = top
         self.calib_rounds = 2 if quick else 3
@@ -37,6 +38,10 @@ class Plan:
         # the multiplexed shape's open steps (study.mux): the open model's length whatever the
         # regime, as their backlog grows with it
         self.mux_s = 2 if quick else RAMP_S["open"]
+        # each open step of that shape as many times: under directExecutor its answers leave
+        # in whole read passes that grow through the step, so what one step's window cuts off
+        # is most of its spread (study.mux); the figures are the rounds' median and range
+        self.mux_rounds = mux_rounds or (1 if quick else MUX_ROUNDS)
         if step_s:  # a longer step buys precision at the knee with time
             self.ramp_s = self.stream_s = self.mux_s = step_s
             self.fixed_s = max(self.fixed_s, step_s)
@@ -69,11 +74,12 @@ class Plan:
         per_arm = (2 * self.fixed_s + self.probe_s + ramp
                    + len(self.stream_counts) * len(self.stream_fractions) * self.stream_s)
         if mux:
-            per_arm += self.fixed_s + len(self.mux_fractions) * self.mux_s
+            per_arm += self.fixed_s + len(self.mux_fractions) * self.mux_rounds * self.mux_s
         return self.calib_rounds * (self.calib_s + 1) + arms * per_arm + extra_ramps * ramp
 
     def as_dict(self):
         """study.json's `plan`."""
         return {"ramp_fractions": self.ramp_fractions, "ramp_s": self.ramp_s,
                 "slice_s": self.slice_s, "stream_fractions": self.stream_fractions,
-                "stream_s": self.stream_s, "fixed_s": self.fixed_s, "mux_s": self.mux_s}
+                "stream_s": self.stream_s, "fixed_s": self.fixed_s, "mux_s": self.mux_s,
+                "mux_rounds": self.mux_rounds}
