@@ -240,6 +240,7 @@ static const key_def_t transport_keys[] = {
     UINT_KEY("initial_window_bytes", CFG, transport.initial_window_bytes, 65535, INT31_MAX, 1u << 20),
     UINT_KEY("max_send_buffer_bytes", CFG, transport.max_send_buffer_bytes, 1024, 1u << 30, 32u << 10),
     ENUM_KEY("flush", CFG, transport.flush, flush_names, ECHOD_FLUSH_LOOP_TAIL),
+    BOOL_KEY("flow_control_pings", CFG, transport.flow_control_pings, false),
     UINT_KEY("max_header_list_bytes", CFG, transport.max_header_list_bytes, 1024, 16u << 20, 16u << 10),
     UINT_KEY("max_resets_per_second", CFG, transport.max_resets_per_second, 0, 1000000, 1000),
     DURATION_KEY("handshake_timeout", CFG, transport.handshake_timeout_ms, MAX_DURATION_MS, 10000),

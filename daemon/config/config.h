@@ -133,6 +133,7 @@ typedef struct echod_config {
         uint32_t max_receive_message_bytes; /* default 4 MiB */
         uint32_t initial_window_bytes;      /* per stream and connection; default 1 MiB */
         uint32_t max_send_buffer_bytes;     /* on_ready threshold per stream; default 32 KiB */
+        bool flow_control_pings;            /* grpc-java's BDP PINGs, written at the end of each read; default off */
         echod_flush_t flush;
         uint64_t max_connection_age_ms;       /* 0 = off (default); gRPC A9, +-10% jitter */
         uint64_t max_connection_age_grace_ms; /* after the age GOAWAY; 0 = wait for the calls (default) */

@@ -305,6 +305,14 @@ static const echod_metrics__family_t serving[] = {
      FIELD(connections_peak), SIGNED},
     {"echod_connections_total", COUNTER, "gRPC connections accepted.", FIELD(connections_total)},
     {"echod_goaways_sent_total", COUNTER, "GOAWAY frames sent.", FIELD(goaways_sent)},
+    {"echod_flow_control_pings_total", COUNTER,
+     "PINGs sent as grpc-java's automatic flow control sends them (transport.flow_control_pings): one on the first "
+     "DATA frame after the last one was acked, written at the end of the connection's read.",
+     FIELD(flow_control_pings)},
+    {"echod_ping_acks_at_read_total", COUNTER,
+     "The client's PINGs acked at the end of the connection's read, ahead of the responses the flush policy holds, "
+     "as Netty flushes at channelReadComplete (transport.flow_control_pings; else nghttp2 acks with the next flush).",
+     FIELD(pings_acked_at_read)},
     {"echod_connections_closed_total", COUNTER,
      "Connections the server ended itself, by reason (max_age and idle close gracefully).", FIELD(connections_closed),
      .label = {LABEL("reason", echod_close_reason_names, ECHOD_CLOSE__COUNT, U64)}},

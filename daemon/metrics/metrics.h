@@ -119,6 +119,8 @@ typedef struct {
     _Atomic int64_t connections_peak;         /* shared: the most connections open at once */
     _Atomic uint64_t connections_total;
     _Atomic uint64_t goaways_sent;
+    _Atomic uint64_t flow_control_pings;  /* transport.flow_control_pings: PINGs sent on a DATA frame */
+    _Atomic uint64_t pings_acked_at_read; /* transport.flow_control_pings: the client's PINGs acked by echod itself */
     _Atomic uint64_t connections_closed[ECHOD_CLOSE__COUNT]; /* by the server's own guards */
     _Atomic uint64_t header_lists_too_large;
     echod_encoding_metrics_t encodings[ECHOD_DIRECTION__COUNT][ECHOD_ENCODING__COUNT];

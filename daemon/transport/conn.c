@@ -33,6 +33,7 @@ struct echod_conn {
     echod_stream_t *touched_head, *touched_tail;
     bytes_t out;     /* frames nghttp2 produced, not yet handed to the socket */
     bytes_t writing; /* the bytes of the one outstanding h2o_socket_write */
+    bytes_t pings;   /* transport.flow_control_pings: PING frames for the end of this read (write_pings) */
     h2o_timeout_entry_t tail_entry;
     h2o_timeout_entry_t guard_entry;        /* handshake, then idle timeout */
     h2o_timeout_entry_t age_entry;          /* max_connection_age, then its grace */
@@ -44,7 +45,7 @@ struct echod_conn {
     echod_frame_scan_t scan;       /* where the client's frames begin (recv_frames) */
     echod_stream_ids_t stream_ids; /* which client stream ids are closed, and how (RFC 9113 5.1) */
     unsigned in_recv : 1, processing : 1, closed : 1, goaway_notice : 1, goaway_final : 1, immediate_due : 1,
-        batch_dirty : 1, established : 1, aged : 1, terminated : 1, read_queued : 1;
+        batch_dirty : 1, established : 1, aged : 1, terminated : 1, read_queued : 1, flow_pings : 1, flow_pinging : 1;
 };
 
 static void conn_close(echod_conn_t *conn);
@@ -54,6 +55,8 @@ static void final_goaway(echod_conn_t *conn);
 static const uint8_t goaway_ping[8] = {'e', 'c', 'h', 'o', 'd', 'g', 'o', 'a'};
 /* The PING sent after RST_STREAMs: its ack says the client has read them (transport/stream_ids.h). */
 static const uint8_t reset_ping[8] = {'e', 'c', 'h', 'o', 'd', 'r', 's', 't'};
+/* transport.flow_control_pings: the PING grpc-java's flow control sends on a DATA frame, one at a time */
+static const uint8_t flow_ping[8] = {'e', 'c', 'h', 'o', 'd', 'b', 'd', 'p'};
 /*
  * A peer that never acks that PING gets the final GOAWAY after this long anyway (python-h2 drops
  * its queued ack when the GOAWAY arrives). grpc-java waits 10 s; the ack only has to cover one
@@ -77,6 +80,7 @@ void echod_conn_release(echod_conn_t *conn)
     if (atomic_fetch_sub_explicit(&conn->refs, 1, memory_order_acq_rel) == 1) {
         free(conn->out.data);
         free(conn->writing.data);
+        free(conn->pings.data);
         free(conn);
     }
 }
@@ -109,6 +113,46 @@ static void start_write(echod_conn_t *conn)
     conn->out.len = 0;
     h2o_iovec_t iov = h2o_iovec_init(conn->writing.data, conn->writing.len);
     h2o_socket_write(conn->sock, &iov, 1, on_write_complete);
+}
+
+/*
+ * transport.flow_control_pings, as grpc-java's Netty handler: its flow control sends a PING on a
+ * DATA frame when none is unacked (AbstractNettyHandler.FlowControlPinger), and Netty flushes
+ * the connection at the end of its read (Http2ConnectionHandler.channelReadComplete), acks of the
+ * client's PINGs included, while the responses wait in gRPC's WriteQueue for its flush task. So
+ * the client's ack and its next PING arrive while the loop's batch still runs, and the connection
+ * is ready at the next wait, where Netty reads it at its turn with whatever call its client has
+ * sent since (docs/work-model.md, "The capped ramp's tail"). echod writes these frames itself,
+ * at the end of the connection's read and before its calls run, as the PING is flushed before
+ * the handler runs under directExecutor; what nghttp2 queued is not touched.
+ */
+static void put_ping(echod_conn_t *conn, uint8_t flags, const uint8_t opaque[8])
+{
+    uint8_t *f = bytes_reserve(&conn->pings, 17);
+    const uint8_t hd[9] = {0, 0, 8, NGHTTP2_PING, flags, 0, 0, 0, 0};
+    memcpy(f, hd, sizeof(hd));
+    memcpy(f + 9, opaque, 8);
+}
+
+static void write_pings(echod_conn_t *conn)
+{
+    bytes_t *p = &conn->pings;
+    if (p->len == 0 || conn->closed)
+        return;
+    size_t done = 0;
+    /* between whole frames: nothing produced is waiting, so the PINGs may go ahead of it */
+    if (conn->sock->ssl == NULL && !h2o_socket_is_writing(conn->sock) && conn->out.len == 0) {
+        ssize_t n;
+        while ((n = write(h2o_socket_get_fd(conn->sock), p->data, p->len)) == -1 && errno == EINTR)
+            ;
+        if (n > 0)
+            done = (size_t)n;
+    }
+    if (done != p->len) { /* TLS, a write under way, or a full socket: after what is queued */
+        memcpy(bytes_reserve(&conn->out, p->len - done), p->data + done, p->len - done);
+        start_write(conn);
+    }
+    p->len = 0;
 }
 
 /* Asks nghttp2 for every frame it has ready. Never from inside an nghttp2 callback. */
@@ -161,6 +205,8 @@ static void on_write_complete(h2o_socket_t *sock, const char *err)
     conn->writing.len = 0;
     if (err != NULL) {
         conn_close(conn);
+    } else if (h2o_timeout_is_linked(&conn->tail_entry) || conn->batch_dirty) {
+        start_write(conn); /* what nghttp2 holds goes with the flush already due, and counts there */
     } else if (produce(conn) == 0) {
         /* frames held back by OUT_HIGH_WATER belong to flushes already counted */
         start_write(conn);
@@ -472,6 +518,22 @@ static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, v
         else
             update_idle(conn);
     }
+    if (frame->hd.type == NGHTTP2_PING && conn->flow_pings) {
+        if (!(frame->hd.flags & NGHTTP2_FLAG_ACK)) { /* nghttp2 does not ack them (session_start) */
+            put_ping(conn, NGHTTP2_FLAG_ACK, frame->ping.opaque_data);
+            ECHOD_COUNT(echod_metrics.pings_acked_at_read);
+            return 0;
+        }
+        if (memcmp(frame->ping.opaque_data, flow_ping, sizeof(flow_ping)) == 0) {
+            conn->flow_pinging = 0;
+            return 0;
+        }
+    }
+    if (frame->hd.type == NGHTTP2_DATA && conn->flow_pings && !conn->flow_pinging && !conn->goaway_notice) {
+        conn->flow_pinging = 1;
+        put_ping(conn, NGHTTP2_FLAG_NONE, flow_ping);
+        ECHOD_COUNT(echod_metrics.flow_control_pings);
+    }
     if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK) && conn->goaway_notice &&
         memcmp(frame->ping.opaque_data, goaway_ping, sizeof(goaway_ping)) == 0) {
         final_goaway(conn);
@@ -743,10 +805,12 @@ static void on_read_held(echod_conn_t *conn, h2o_socket_t *sock, const char *err
         }
         h2o_buffer_consume(&sock->input, sock->input->size);
         h2o_socket_read_stop(sock);
+        conn->pings.len = 0; /* the GOAWAY says all there is to say */
         echod_conn_flush(conn, ECHOD_FLUSH_TRIGGER_READ_COMPLETE);
         return;
     }
     h2o_buffer_consume(&sock->input, sock->input->size);
+    write_pings(conn);
     conn_process(conn);
     if (conn->closed)
         return;
@@ -878,6 +942,9 @@ static int session_start(echod_conn_t *conn)
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
     nghttp2_option_new(&opt);
     nghttp2_option_set_no_auto_window_update(opt, 1);
+    conn->flow_pings = cfg->transport.flow_control_pings;
+    if (conn->flow_pings)
+        nghttp2_option_set_no_auto_ping_ack(opt, 1); /* on_frame_recv acks them, at the end of the read */
     /* CVE-2023-44487: a peer resetting streams faster than this gets GOAWAY(ENHANCE_YOUR_CALM) */
     /* reset_flood() enforces the rate; nghttp2's own limiter stays as a backstop at twice it */
     uint64_t resets =

@@ -455,6 +455,9 @@ class H2Client:
         self.closed = False         # the server closed the TCP connection
         self.settings_acked = False
         self.pings = 0
+        self.reads = 0              # recv()s that brought bytes: what came back together
+        self.server_pings = []      # (read, opaque data) of each PING the server sent
+        self.ping_acks = []         # the read that brought each ack of ours
         self.unacked = []           # (stream_id, n) of DATA not yet acknowledged (auto_ack off)
         self.conn.initiate_connection()
         self.flush()
@@ -573,11 +576,13 @@ class H2Client:
         if not data:
             self.closed = True
             return False
+        self.reads += 1
         for ev in self._receive(data):
             sid = getattr(ev, "stream_id", None)
             st = self.streams.get(sid) if sid else None
             if isinstance(ev, h2.events.ResponseReceived):
                 st.headers = list(ev.headers)
+                st.headers_read = self.reads
                 if ev.stream_ended is not None:
                     st.trailers_only = True
             elif isinstance(ev, h2.events.DataReceived):
@@ -601,6 +606,9 @@ class H2Client:
                 self.settings_acked = True
             elif isinstance(ev, h2.events.PingAckReceived):
                 self.pings += 1
+                self.ping_acks.append(self.reads)
+            elif isinstance(ev, h2.events.PingReceived):  # h2 queues its ack, flushed below
+                self.server_pings.append((self.reads, ev.ping_data))
         with contextlib.suppress(Exception):
             self.flush()
         return True

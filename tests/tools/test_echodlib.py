@@ -588,6 +588,11 @@ class Findings(unittest.TestCase):
         self.assertEqual(row["verdict"], mux.WITHIN_SPREAD)
         self.assertIn("| 1.06 (1.03-1.19) | 1.40 (1.01-1.43) | 0.76 | within the spread |",
                       "\n".join(mux.against_table([row])))
+        # grpc-java's direct flagged: not judged, with what the same rule would read
+        flagged = mux.against(mux.mux_figures(echod), jg, ["direct"])[2]
+        self.assertEqual((flagged["verdict"], flagged["would_read"]), ("not judged", mux.WITHIN_SPREAD))
+        self.assertIn("| 0.76 | not judged (it would read within the spread) |",
+                      "\n".join(mux.against_table([flagged])))
         # apart beyond the tolerance in every round: differs; one round inside the other's
         # range is within it; one round each has no spread
         far = {"java-direct-drain": arm([3700] * 3), "java-direct": arm([2500, 2550, 2600])}

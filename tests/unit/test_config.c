@@ -883,11 +883,12 @@ static void test_file_errors(void)
     CHECK(load_fails_with("foo: 1\n", ":1:1: foo: unknown key \"foo\"; valid keys at the top level: arm, listen, tls, "
                                       "io, transport, limits, executor, dispatch, echo, work, telemetry, shutdown, "
                                       "log"));
-    CHECK(load_fails_with("transport:\n  flush: immediate\n  foo: 1\n",
-                          ":3:3: transport.foo: unknown key \"foo\"; valid keys of transport: max_concurrent_streams, "
-                          "max_receive_message_bytes, initial_window_bytes, max_send_buffer_bytes, flush, "
-                          "max_header_list_bytes, max_resets_per_second, handshake_timeout, idle_timeout, "
-                          "max_connection_age, max_connection_age_grace"));
+    CHECK(load_fails_with(
+        "transport:\n  flush: immediate\n  foo: 1\n",
+        ":3:3: transport.foo: unknown key \"foo\"; valid keys of transport: max_concurrent_streams, "
+        "max_receive_message_bytes, initial_window_bytes, max_send_buffer_bytes, flush, flow_control_pings, "
+        "max_header_list_bytes, max_resets_per_second, handshake_timeout, idle_timeout, "
+        "max_connection_age, max_connection_age_grace"));
     CHECK(load_fails_with("dispatch:\n  per_method:\n    /a.B/C: {mode: fixed, thread: 2}\n",
                           ":3:27: dispatch.per_method./a.B/C.thread: unknown key \"thread\"; valid keys of per_method "
                           "entry: mode, threads, max_threads, keep_alive"));

@@ -160,7 +160,7 @@ def against(echod, java, flagged_roles=()):
     """Per figure: echod's and grpc-java's ratios (their rounds' medians and ranges), echod /
     grpc-java and the verdict (findings.against_part on the medians, then WITHIN_SPREAD where
     they differ but the rounds' ranges do not: within_spread; not judged where either arm of
-    grpc-java's was flagged)."""
+    grpc-java's was flagged, with `would_read` the verdict the same rule would give)."""
     out = []
     jby = {f["title"]: f for f in java}
     for f in echod:
@@ -168,12 +168,15 @@ def against(echod, java, flagged_roles=()):
         arms = next(a for k, _, a, _, _ in FIGURES if k == f["key"])
         nj = any(a in flagged_roles for a in arms)
         tol = F.AGAINST_TOL[f["key"]]
-        r, v = F.against_part(f["key"], f["value"], j["value"], nj)
+        r, v = F.against_part(f["key"], f["value"], j["value"])
         if v == "differs" and within_spread(f.get("range"), j.get("range"), tol):
             v = WITHIN_SPREAD
-        out.append({"key": f["key"], "title": f["title"], "echod": f["value"],
-                    "java": j["value"], "echod_range": f.get("range"),
-                    "java_range": j.get("range"), "ratio": r, "tol": tol, "verdict": v})
+        row = {"key": f["key"], "title": f["title"], "echod": f["value"], "java": j["value"],
+               "echod_range": f.get("range"), "java_range": j.get("range"), "ratio": r,
+               "tol": tol, "verdict": "not judged" if nj else v}
+        if nj:
+            row["would_read"] = v
+        out.append(row)
     return out
 
 
@@ -215,7 +218,9 @@ def against_table(rows):
         out.append("| %s | %s | %s | %s | %s |" % (
             r["title"], ranged(r["echod"], r.get("echod_range")),
             ranged(r["java"], r.get("java_range")), fmt.num(r["ratio"], 2),
-            F.against_text(r["verdict"], r["tol"])))
+            F.against_text(r["verdict"], r["tol"]) + (
+                " (it would read %s)" % F.against_text(r["would_read"], r["tol"])
+                if "would_read" in r else "")))
     return out
 
 
