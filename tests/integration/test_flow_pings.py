@@ -16,7 +16,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from echod_harness import SLOW, Daemon, H2Client, StreamState, grpc_frame, main, pb_encode  # noqa: E402
+from echod_harness import ROOT, SLOW, Daemon, H2Client, StreamState, grpc_frame, main, pb_encode  # noqa: E402
 
 ARM = os.path.join("config", "arms", "direct.yaml")
 SLEEP_US = int(200000 * SLOW)  # the call holds the loop this long: its answer leaves after it
@@ -74,7 +74,7 @@ class FlowControlPings(unittest.TestCase):
 
     def test_every_arm_sends_them(self):
         """The arms model grpc-java, whose server sends them whatever its executor."""
-        arms = os.path.join("config", "arms")
+        arms = os.path.join(ROOT, "config", "arms")
         for name in sorted(os.listdir(arms)):
             with open(os.path.join(arms, name)) as f:
                 self.assertIn("flow_control_pings: true", f.read(), name)
