@@ -5,7 +5,8 @@ For each arm file: start echod with it, then
      (merge_lookup_and_start, coalesce_end_stream), each step label as expected; the direct
      executor with an inline runner has 0 dispatches and 0 loop tasks, a serializing or pool
      arm between N and (steps per call)*N dispatches; every step ran on the loop thread
-     (direct) or on a worker (pools); flush triggers match the policy;
+     (direct) or on a worker (pools); flush triggers match the policy; grpc-java's
+     flow-control PINGs are sent where the arm turns them on;
   2. `h2load` unary calls over 4 connections: same step arithmetic, zero failures;
   3. bidi: 3 connections x 3 streams x 1000 messages each at once, every echo in order.
 In each, echod_handoffs_total adds up: a worker received every dispatch that crossed threads (none
@@ -205,11 +206,18 @@ class Arms(unittest.TestCase):
                     self.assertEqual(fl["immediate"], 0, "%s: flushes %r" % (arm, fl))
             else:
                 self.assertGreater(fl["loop_task"], 0, "%s: flushes %r" % (arm, fl))
+            # grpc-java's flow-control PINGs (test_flow_pings): whatever the executor, grpcio's
+            # calls bring them, and grpcio's acks let the next DATA frame bring another
+            pings = metric_delta(m1, m0, "echod_flow_control_pings_total")
+            if cfg["transport"]["flow_control_pings"]:
+                self.assertGreater(pings, 1, "%s: flow_control_pings on, but %d PINGs for %d calls" % (arm, pings, N))
+            else:
+                self.assertEqual(pings, 0, arm)
             lbl = dict(grpc_service=SERVICE, grpc_method="UnaryEcho", grpc_type="unary")
             self.assertEqual(metric_delta(m1, m0, "grpc_server_handled_total", grpc_code="OK", **lbl), N)
             print("\n  %s: per unary call (grpcio, sequential): %.2f steps, %.2f dispatches, "
-                  "%.2f loop tasks, flushes %s" % (
-                      arm, total / N, dispatches / N, loop_tasks / N,
+                  "%.2f loop tasks, %.2f PINGs, flushes %s" % (
+                      arm, total / N, dispatches / N, loop_tasks / N, pings / N,
                       ", ".join("%s=%.2f" % (t, v / N) for t, v in fl.items() if v)))
             c = self.check_handoffs(arm, m1, m0, N, "grpcio, sequential")
             if inline or mode == "direct":

@@ -284,6 +284,15 @@ class ShippedScripts(unittest.TestCase):
                     self.assertEqual(got, {"s01": answered[0], "s02": answered[1]}, name)
                 self.assertGreater(count(s, "probe_ok"), 0)
 
+    def test_no_answer_exits_99(self):
+        """A run that got no answer OK (nothing listens at TARGET) fails as a threshold (99), its
+        summary still written: a Job's `k6 exited with N` tells it from a measurement."""
+        p, summary, _, _ = run_k6(os.path.join(K6_DIR, "unary-fixed-rate.js"), "127.0.0.1:%d" % free_port(),
+                                  {"RATE": "5", "DURATION": "1s", "VUS": "1"}, self.tmp)
+        self.assertEqual(p.returncode, 99, tool_output(p))
+        with open(summary) as f:
+            self.assertEqual(count(json.load(f), "echo_ok"), 0)
+
     def test_rest_control(self):
         port = free_port()
         d = Daemon(config=os.path.join(ROOT, "config", "arms", "rest.yaml"),

@@ -72,15 +72,9 @@ class PeerArm:
 
     def window(self, load):
         """load() -> (calls, its own figures) inside a ThreadWindow: the window's figures."""
-        tw = procstat.ThreadWindow(self.peer.pid, jvm.thread_group)
-        cpus0 = procstat.cpu_times()
-        calls, extra = load()
-        tw.close()
         # under a quota the server has no CPU of its own whose other load could be read
         pinned = self.args.cpu.name == "pinned"
-        return window_figures(tw, calls, procstat.cpu_times(), cpus0,
-                              self.args.server_cpu if pinned else None,
-                              extra)
+        return measure(self.peer.pid, jvm.thread_group, load, self.args.server_cpu if pinned else None)
 
     def idle(self, seconds):
         return self.window(lambda: (time.sleep(seconds) or 0, {}))
@@ -99,6 +93,16 @@ class PeerArm:
             res = self.drivers.closed_loop(self.target, seconds, conns, 1)
             return res["succeeded"], {"calls_per_s": res["rps"]}
         return self.window(load)
+
+
+def measure(pid, group, load, server_cpu=None):
+    """load() -> (calls, its own figures), run inside a ThreadWindow of pid's threads grouped by
+    group(name): window_figures of it (server_cpu: the CPU whose busy share is read, if any)."""
+    tw = procstat.ThreadWindow(pid, group)
+    cpus0 = procstat.cpu_times()
+    calls, extra = load()
+    tw.close()
+    return window_figures(tw, calls, procstat.cpu_times(), cpus0, server_cpu, extra)
 
 
 def window_figures(tw, calls, cpus1, cpus0, server_cpu, extra):

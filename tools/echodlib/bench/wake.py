@@ -195,11 +195,7 @@ def own_windows(args, workdir, drivers):
     target = server.echod_target(d)
 
     def window(load):
-        tw = procstat.ThreadWindow(d.pid, shapes.echod_group)
-        cpus0 = procstat.cpu_times()
-        calls = load()
-        tw.close()
-        return peer_load.window_figures(tw, calls, procstat.cpu_times(), cpus0, None, {})
+        return peer_load.measure(d.pid, shapes.echod_group, lambda: (load(), {}))
 
     try:
         drivers.closed_loop(target, 5, 64, 1)
