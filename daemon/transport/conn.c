@@ -40,12 +40,14 @@ struct echod_conn {
     uint64_t reset_budget, reset_budget_ms; /* RST_STREAMs the peer may still send, in 1/1000ths; refilled then */
     echod_conn_t *next_batch_dirty;
     echod_conn_t *next_read;       /* io.read_batch netty: loop->reads_run, then the read batch */
+    h2o_linklist_t batch_link;     /* io.read_batch netty: loop->last_batch, in the order it was served */
     const char *read_err;          /* ... and the error its read callback brought, if any */
     size_t frames;                 /* sent since the last counted flush */
     echod_frame_scan_t scan;       /* where the client's frames begin (recv_frames) */
     echod_stream_ids_t stream_ids; /* which client stream ids are closed, and how (RFC 9113 5.1) */
     unsigned in_recv : 1, processing : 1, closed : 1, goaway_notice : 1, goaway_final : 1, immediate_due : 1,
-        batch_dirty : 1, established : 1, aged : 1, terminated : 1, read_queued : 1, flow_pings : 1, flow_pinging : 1;
+        batch_dirty : 1, established : 1, aged : 1, terminated : 1, read_queued : 1, flow_pings : 1, flow_pinging : 1,
+        placed : 1;
 };
 
 static void conn_close(echod_conn_t *conn);
@@ -694,10 +696,64 @@ static void read_at_turn(echod_conn_t *conn)
     }
 }
 
+/*
+ * io.read_batch netty: the batch in the order Netty's selector would return it. Java's selector
+ * takes every ready key in one epoll_wait (up to 1024 events), and a level-triggered epoll puts
+ * each key it returns back on its ready list at once, so every connection of a batch stays there,
+ * in the batch's order, until the next wait: the next batch serves the ones still ready in the
+ * same order, then those that became ready since, in the order they did (seen on grpc-java's
+ * event loop under the capped k6 ramp: consecutive batches in the same order). h2o takes 256
+ * events a wait and reads each socket at it, so when a batch needs several waits, the later
+ * waits drop the drained sockets of the earlier ones from epoll's list and they come back in
+ * the order their next bytes arrive (docs/work-model.md, "The capped ramp's tail"). So the
+ * connections of the last batch go first, in its order (loop->last_batch), then the others in
+ * the order epoll gave them; the result is the next batch's order.
+ */
+static void order_reads(echod_loop_t *loop)
+{
+    h2o_linklist_t order, *node, *next;
+    echod_conn_t *conn, **prev = &loop->reads_head;
+    h2o_linklist_init_anchor(&order);
+    while ((conn = *prev) != NULL) {
+        if (conn->closed) { /* by a timer of the waits that gathered the batch: nothing to serve */
+            *prev = conn->next_read;
+            conn->read_queued = 0;
+            echod_conn_release(conn);
+        } else {
+            conn->placed = 1; /* in the batch, not yet in its order */
+            prev = &conn->next_read;
+        }
+    }
+    for (node = loop->last_batch.next; node != &loop->last_batch; node = next) {
+        next = node->next;
+        conn = H2O_STRUCT_FROM_MEMBER(echod_conn_t, batch_link, node);
+        h2o_linklist_unlink(node);
+        if (conn->placed) { /* still ready: it keeps its place */
+            conn->placed = 0;
+            h2o_linklist_insert(&order, node);
+        }
+    }
+    for (conn = loop->reads_head; conn != NULL; conn = conn->next_read) {
+        if (conn->placed) { /* ready since the last batch: after it, in epoll's order */
+            conn->placed = 0;
+            h2o_linklist_insert(&order, &conn->batch_link);
+        }
+    }
+    h2o_linklist_insert_list(&loop->last_batch, &order);
+    loop->reads_tail = &loop->reads_head;
+    for (node = loop->last_batch.next; node != &loop->last_batch; node = node->next) {
+        conn = H2O_STRUCT_FROM_MEMBER(echod_conn_t, batch_link, node);
+        *loop->reads_tail = conn;
+        loop->reads_tail = &conn->next_read;
+    }
+    *loop->reads_tail = NULL;
+}
+
 size_t echod_conn_serve_reads(echod_loop_t *loop)
 {
     size_t served = 0;
     echod_conn_t *conn;
+    order_reads(loop);
     while ((conn = loop->reads_head) != NULL) {
         if ((loop->reads_head = conn->next_read) == NULL)
             loop->reads_tail = &loop->reads_head;
@@ -837,6 +893,8 @@ static void conn_close(echod_conn_t *conn)
     nghttp2_session_del(conn->ngh);
     conn->ngh = NULL;
     h2o_linklist_unlink(&conn->link);
+    if (h2o_linklist_is_linked(&conn->batch_link))
+        h2o_linklist_unlink(&conn->batch_link);
     h2o_socket_close(conn->sock);
     conn->sock = NULL;
     echod_limit_release(&echod_metrics.connections);

@@ -360,6 +360,7 @@ echod_loop_t *echod_loop_start(echod_server_t *server, unsigned index, int liste
     loop->metrics = echod_metrics_add_loop(index);
     h2o_linklist_init_anchor(&loop->conns);
     loop->reads_tail = &loop->reads_head;
+    h2o_linklist_init_anchor(&loop->last_batch);
     atomic_init(&loop->live_calls, 0);
     pthread_mutex_init(&loop->ready_mutex, NULL);
     pthread_cond_init(&loop->ready_cond, NULL);

@@ -49,6 +49,7 @@ typedef struct echod_loop {
      * and the batch they join, both oldest first (the order they became ready); reads_run_count
      * counts the run's reads under either order (echod_loop_read_batch_connections) */
     struct echod_conn *reads_run, *reads_head, **reads_tail;
+    h2o_linklist_t last_batch; /* echod_conn_t.batch_link: the last batch, in the order it was served */
     size_t reads_run_count;
     h2o_timeout_t reads; /* 0 ms, before `tail`: serves the read batch (io.read_batch netty) */
     h2o_timeout_entry_t reads_entry;
