@@ -705,9 +705,9 @@ static void read_at_turn(echod_conn_t *conn)
  * event loop under the capped k6 ramp: consecutive batches in the same order). h2o takes 256
  * events a wait and reads each socket at it, so when a batch needs several waits, the later
  * waits drop the drained sockets of the earlier ones from epoll's list and they come back in
- * the order their next bytes arrive (docs/work-model.md, "The capped ramp's tail"). So the
- * connections of the last batch go first, in its order (loop->last_batch), then the others in
- * the order epoll gave them; the result is the next batch's order.
+ * the order their next bytes arrive (docs/work-model.md, "The batch's order across h2o's
+ * waits"). So the connections of the last batch go first, in its order (loop->last_batch), then
+ * the others in the order epoll gave them; the result is the next batch's order.
  */
 static void order_reads(echod_loop_t *loop)
 {
