@@ -760,7 +760,7 @@ size_t echod_conn_serve_reads(echod_loop_t *loop)
         conn->read_queued = 0;
         const char *err = conn->read_err;
         conn->read_err = NULL;
-        if (!conn->closed) { /* a timer of the waits that gathered the batch may have closed it */
+        if (!conn->closed) { /* by a call served before it in the batch (order_reads took the others) */
             /* the first turn follows the wait with no call run between: nothing new to read */
             if (err == NULL && served != 0)
                 read_at_turn(conn);

@@ -116,5 +116,6 @@ class FlowControlPings(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertRegex(r.stdout, r"\n  flow_control_pings: true\n", name)
 
+
 if __name__ == "__main__":
     main()
