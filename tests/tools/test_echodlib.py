@@ -1346,6 +1346,65 @@ class StudyFigures(unittest.TestCase):
             json.dump(doc, f)
         self.assertEqual(merge.read_run(dirs[1], [])[1][4]["verdict"], "reproduced")
 
+    def test_merge_against_over_runs(self):
+        """--merge of runs with a witness: per CPU model, each figure's echod / grpc-java in
+        every run, each side's median and range over the runs, and the verdict on the medians
+        (within the spread where the runs' ranges meet within the tolerance)."""
+        tmp = tempfile.mkdtemp(prefix="echodlib-over-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+
+        def run(name, cpu_model, f4, mux_p99, flagged=False):
+            d = os.path.join(tmp, name)
+            os.makedirs(d)
+            part = {"key": "F4.p99", "figure": "p99 at 1.2x, direct-drain / direct",
+                    "echod": f4[0], "java": f4[1],
+                    "java_verdict": "not judged" if flagged else "reproduced"}
+            with open(os.path.join(d, "study.json"), "w") as f:
+                json.dump({"cost": {"variant": "flat"}, "label": "flat", "cpu_model": cpu_model,
+                           "findings": F.compute(Findings.FIGURES, "flat"), "witness": {
+                               "against": [{"id": "F4", "parts": [part]}],
+                               "mux_against": [{"key": "M.p99", "title": "p99 at 1.2x",
+                                                "echod": mux_p99[0], "java": mux_p99[1],
+                                                "verdict": "matches"}]}}, f)
+            return d
+        quota = "CFS quota of one CPU over both cores (cgroup v1)"
+        dirs = [run("q1", quota, (0.58, 0.77), (0.70, 0.70), flagged=True),
+                run("q2", quota, (0.92, 0.57), (0.72, 0.71)),
+                run("p1", "pinned core: the server on CPU 1", (1.30, 0.70), (0.70, 0.71)),
+                run("p2", "pinned core: the server on CPU 1", (1.25, 0.72), (0.70, 0.70)),
+                os.path.join(tmp, "plain")]
+        os.makedirs(dirs[-1])
+        with open(os.path.join(dirs[-1], "study.json"), "w") as f:  # no witness: left out
+            json.dump({"cost": {"variant": "flat"}, "label": "flat", "cpu_model": "pinned core",
+                       "findings": F.compute(Findings.FIGURES, "flat")}, f)
+        text = merge.merge_runs(dirs, os.path.join(tmp, "out"))
+        with open(os.path.join(tmp, "out", "findings.json")) as f:
+            over = json.load(f)["against_over_runs"]
+        self.assertEqual((over["quota"]["runs"], over["pinned"]["runs"]),
+                         (["q1", "q2"], ["p1", "p2"]))
+        q, p = over["quota"]["figures"][0], over["pinned"]["figures"][0]
+        # quota: medians 0.75 against 0.67 (1.12, matches)
+        self.assertEqual((round(q["echod"], 3), round(q["java"], 3), q["verdict"]),
+                         (0.75, 0.67, "matches"))
+        # pinned: 1.275 against 0.71, both sides' runs close together: differs
+        self.assertEqual(p["verdict"], "differs")
+        self.assertEqual(over["pinned"]["figures"][1]["verdict"], "matches")
+        self.assertIn("## echod against grpc-java over the runs, quota (2 runs)", text)
+        self.assertIn("| p99 at 1.2x, direct-drain / direct | ±0.15 | 0.58 / 0.77* | "
+                      "0.92 / 0.57 | 0.75 (0.58-0.92) | 0.67 (0.57-0.77) | 1.12 | matches |",
+                      text)
+        self.assertIn("| multiplexed: p99 at 1.2x | ±0.15 |", text)
+        # one side's median apart beyond the tolerance, the runs' ranges meeting: within it
+        rows = merge.over_runs([("a", {"witness": {"mux_against": [
+            {"key": "M.goodput", "title": "g", "echod": 1.00, "java": 1.25,
+             "verdict": "differs"}]}}), ("b", {"witness": {"mux_against": [
+                 {"key": "M.goodput", "title": "g", "echod": 1.28, "java": 1.27,
+                  "verdict": "matches"}]}}), ("c", {"witness": {"mux_against": [
+                      {"key": "M.goodput", "title": "g", "echod": 1.07, "java": 1.24,
+                       "verdict": "differs"}]}})])
+        self.assertEqual((round(rows[0]["ratio"], 3), rows[0]["verdict"]),
+                         (round(1.07 / 1.25, 3), "within the spread"))
+
 
 class GridStalls(unittest.TestCase):
     """The grid's stalls: parsed, scaled to a run's direct call, sent as echod's metadata."""
