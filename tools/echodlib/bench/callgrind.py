@@ -20,9 +20,9 @@ KEY = "direct_unary_instructions_per_call"
 # machine was, and the count moves by several percent with the load (measured: 26.2k to
 # 29.4k for one binary). The second figure switches the trailer off, and the flow-control
 # PINGs too: whether a PING's ACK arrives in the read of the next call or in a read of its own
-# is the client's timing (with them on, its runs spread by 3-5%; off, 0.09%), so the check
-# always has a stable guard. A figure whose recorded runs
-# spread by more than DETERMINISTIC is reported but not gated.
+# is the client's timing (with them on, runs spread by 1-5%; off, 0.11%), so the check always
+# has a stable guard. A figure whose recorded runs spread by more than DETERMINISTIC is
+# reported but not gated.
 FIGURES = [
     (KEY, []),
     (KEY + "_no_timing_trailer", ["telemetry.timing_trailer=false",

@@ -22,9 +22,9 @@ def run_sources(doc):
 
 
 def read_run(d, labels):
-    """(label, findings, study.json) of the run in directory d: labelled as it labelled itself (its cost
-    variant and regime, "flat, capped 1.99 s"; a run from before the regimes by its cost
-    variant alone), and by the directory too when an earlier run has that label; a run from
+    """(label, findings, study.json) of the run in directory d: labelled as it labelled itself
+    (its cost variant and regime, "flat, capped 1.99 s"; a run from before the regimes by its
+    cost variant alone), and by the directory too when an earlier run has that label; a run from
     before bench/study wrote its findings gets them from its results. Every verdict is the
     current rule's (findings.relabel), whatever rule the run's own study.json applied."""
     with open(os.path.join(d, "study.json")) as fh:
