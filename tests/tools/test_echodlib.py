@@ -1841,9 +1841,14 @@ class Shapes(unittest.TestCase):
 
     def test_parse(self):
         self.assertEqual(shapes.parse_shapes("800x1,32x8"), [(800, 1), (32, 8)])
-        for bad in ("800", "x1", "800x0", "800x1x2", "a8x1", ""):
+        # none: open loops alone (--rates); bench/model refuses a run with neither
+        self.assertEqual(shapes.parse_shapes(""), [])
+        for bad in ("800", "x1", "800x0", "800x1x2", "a8x1"):
             with self.assertRaises(ValueError, msg=bad):
                 shapes.parse_shapes(bad)
+        # a closed shape and an open rate keep apart in the tables and the JSON
+        self.assertEqual(shapes.load_key((800, 1)), "800x1")
+        self.assertEqual(shapes.load_key(319), "k6 319/s")
 
     def test_echod_groups(self):
         # the names echod gives its threads (daemon/dispatch/exec.c, dispatcher.c, exec_virtual.c)

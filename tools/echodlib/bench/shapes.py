@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from .. import daemon, jvm, paths, peers, procstat
+from .. import daemon, fmt, jvm, paths, peers, procstat
 from ..study import server
 from ..study.cost import Cost
 from . import model, peer_load
@@ -54,8 +54,49 @@ def parse_shapes(text):
         if not sep or not c.isdigit() or not m.isdigit() or int(c) < 1 or int(m) < 1:
             raise ValueError("--shapes: %r is not CONNSxSTREAMS (e.g. 800x1)" % item)
         out.append((int(c), int(m)))
-    if not out:
-        raise ValueError("--shapes: no shape")
+    return out
+
+
+def load_key(load):
+    """A load's name in tables and JSON: a closed shape "800x1", an open rate "k6 319/s"."""
+    return "%dx%d" % load if isinstance(load, tuple) else "k6 %d/s" % load
+
+
+def groups_of(tw, calls):
+    """(whole CPU µs a call net of a JVM's compiler threads, compiler share, {group: per call})."""
+    comp = tw.groups.get("compiler", {}).get("cpu_s", 0.0)
+    per = tw.per(calls)
+    return ((tw.cpu_s - comp) / calls * 1e6, comp / tw.cpu_s if tw.cpu_s else None,
+            {g: per["groups"].get(g, {"cpu_us": 0.0, "vol": 0.0, "invol": 0.0}) for g in GROUPS})
+
+
+def handoffs_of(w, calls):
+    return {"%s %s" % (rc, f): w.delta("echod_handoffs_total", receiver=rc, found=f) / calls
+            for rc in ("loop", "worker") for f in ("parked", "running")}
+
+
+def measure_open(args, drivers, target, classify, rate, admin=None):
+    """One open loop at `rate` calls/s (k6 constant-arrival-rate, the study's fixed-rate grid
+    driver): where the CPU of a loaded but unsaturated server goes, which the closed loops, always
+    saturated, cannot say. Below saturation the threads sleep between calls, and the CPU a call
+    takes there decides whether 0.9x of capacity already saturates the CPU, and so the ramp's p99
+    near its knee (docs/work-model.md, "Near the knee")."""
+    server.quiet(target.calls_clock or (lambda: procstat.cpu_clock(target.pid)),
+                 time.monotonic() + QUIET_MAX_S)
+    tw = procstat.ThreadWindow(target.pid, classify)
+    w = model.Window(target.pid, admin) if admin else None
+    s = drivers.fixed_k6(target, "open", rate, args.seconds)
+    if admin:
+        w.close()
+    tw.close()
+    calls = s["ok"]
+    if not calls or s["failed"]:
+        raise RuntimeError("open loop at %d/s: %d answered, %d failed" % (rate, calls, s["failed"]))
+    cpu_us, share, groups = groups_of(tw, calls)
+    out = {"calls": calls, "calls_per_s": calls / args.seconds, "cpu_us": cpu_us,
+           "compiler_share": share, "groups": groups, "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"]}
+    if admin:
+        out["handoffs"] = handoffs_of(w, calls)
     return out
 
 
@@ -75,16 +116,12 @@ def measure(args, load, pid, shape, classify, calls_clock, admin=None):
         w.close()
     tw.close()
     calls = r["succeeded"]
-    comp = tw.groups.get("compiler", {}).get("cpu_s", 0.0)
-    per = tw.per(calls)
     # net of a JVM's compiler threads (shown apart), as peer_load.net_us
-    out = {"calls": calls, "calls_per_s": r["rps"], "cpu_us": (tw.cpu_s - comp) / calls * 1e6,
-           "compiler_share": comp / tw.cpu_s if tw.cpu_s else None,
-           "groups": {g: per["groups"].get(g, {"cpu_us": 0.0, "vol": 0.0, "invol": 0.0})
-                      for g in GROUPS}}
+    cpu_us, share, groups = groups_of(tw, calls)
+    out = {"calls": calls, "calls_per_s": r["rps"], "cpu_us": cpu_us, "compiler_share": share,
+           "groups": groups}
     if admin:
-        out["handoffs"] = {"%s %s" % (rc, f): w.delta("echod_handoffs_total", receiver=rc, found=f) / calls
-                           for rc in ("loop", "worker") for f in ("parked", "running")}
+        out["handoffs"] = handoffs_of(w, calls)
     return out
 
 
@@ -92,8 +129,14 @@ def run_peer(args, arm, workdir, drivers, shapes):
     jdk = None if peers.jdk21_missing() else 21
     with peer_load.PeerArm(args, arm, workdir, drivers, jdk=jdk, cpu_us=args.cpu_us) as p:
         load = model.Load(args, p.peer.port, workdir)
-        return {s: measure(args, load, p.peer.pid, s, jvm.thread_group,
-                           lambda: jvm.calls_cpu_s(p.peer.pid)) for s in shapes}
+        out = {s: measure(args, load, p.peer.pid, s, jvm.thread_group,
+                          lambda: jvm.calls_cpu_s(p.peer.pid)) for s in shapes}
+        target = server.peer_target(p.peer)
+        out.update({r: measure_open(args, drivers, target, jvm.thread_group, r) for r in args.rates})
+        return out
+
+
+WORKS = ("flat", "model", "model+flat")
 
 
 def works(args):
@@ -105,7 +148,7 @@ def works(args):
             "model+flat": (Cost(args.here_preset, scale="flat"), args.cpu_us)}
 
 
-def run_echod(args, arm, work, workdir, shapes):
+def run_echod(args, arm, work, workdir, shapes, drivers):
     cost, x = works(args)[work]
     d = daemon.Echod(config=os.path.join(paths.ROOT, "config", "arms", arm + ".yaml"),
                      binary=args.echod, prefix=args.cpu.server_prefix,
@@ -113,8 +156,12 @@ def run_echod(args, arm, work, workdir, shapes):
                      log_path=os.path.join(workdir, "echod-%s-%s.log" % (arm, work))).start()
     try:
         load = model.Load(args, d.port, workdir)
-        return {s: measure(args, load, d.pid, s, echod_group, lambda: procstat.cpu_clock(d.pid),
-                           d.admin_port) for s in shapes}
+        out = {s: measure(args, load, d.pid, s, echod_group, lambda: procstat.cpu_clock(d.pid),
+                          d.admin_port) for s in shapes}
+        target = server.echod_target(d)
+        out.update({r: measure_open(args, drivers, target, echod_group, r, d.admin_port)
+                    for r in args.rates})
+        return out
     finally:
         rc = d.stop()
         if rc:
@@ -127,8 +174,18 @@ def shapes_main(args):
     except ValueError as e:
         model.log("bench/model %s" % e)
         return 2
-    ready = peer_load.setup(args, "shapes", None) if args.peer_arms else None
+    if not shapes and not args.rates:
+        model.log("bench/model shapes: no load (--shapes and --rates both empty)")
+        return 2
+    need_k6 = "--rates" if args.rates else None
+    ready = peer_load.setup(args, "shapes", need_k6) if args.peer_arms else None
     workdir = ready[0] if ready else tempfile.mkdtemp(prefix="echod-shapes-")
+    drivers = ready[1] if ready else None
+    if args.rates and drivers is None:
+        drivers, why = peer_load.peer_drivers(args, workdir)
+        if why:
+            model.log("bench/model shapes: k6 is needed for --rates: %s" % why)
+            return 2
     runs = {}
     if ready:
         for arm in args.peer_arms.split(","):
@@ -137,22 +194,22 @@ def shapes_main(args):
     elif args.peer_arms:
         model.log("bench/model shapes: no grpc-java arm (above: why)")
     for arm in args.arms.split(","):
-        for work in works(args):
+        for work in args.works:
             model.log("echod %s %s" % (arm, work))
-            runs["echod", arm, work] = run_echod(args, arm, work, workdir, shapes)
-    render(args, shapes, runs)
+            runs["echod", arm, work] = run_echod(args, arm, work, workdir, shapes, drivers)
+    render(args, shapes + args.rates, runs)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"argv": sys.argv, "cpu_model": args.cpu.name, "cpu_us": args.cpu_us,
-                       "runs": {"%s %s %s" % k: {"%dx%d" % s: r for s, r in by.items()}
+                       "runs": {"%s %s %s" % k: {load_key(s): r for s, r in by.items()}
                                 for k, by in runs.items()}}, fh, indent=1)
     return 0
 
 
 def render(args, shapes, runs):
     print("## Who works and who parks, per client shape (bench/model shapes)\n")
-    print("Closed loops, each server on one CPU (%s), h2load on CPU %s, %d s after an unmeasured "
-          "%d s; flat work %d µs a call in the handler (grpc-java: -Dpeer.cpu_us; echod: "
+    print("Each server on one CPU (%s), the load on CPU %s; closed loops (h2load) %d s after an "
+          "unmeasured %d s; flat work %d µs a call in the handler (grpc-java: -Dpeer.cpu_us; echod: "
           "work.defaults.cpu_us), or echod's cost model (model: %s scaled so that direct's call is "
           "the same %d µs; model+flat: %s as measured, and the same flat work on top). Per call: "
           "CPU µs (net of a JVM's compiler threads, whose share is shown), and per thread group "
@@ -161,20 +218,26 @@ def render(args, shapes, runs):
               args.cpu.name, args.client_cpu, args.seconds, WARM_S, args.cpu_us,
               os.path.relpath(args.preset, paths.ROOT), args.cpu_us,
               os.path.relpath(args.here_preset, paths.ROOT)))
-    print("| shape | server | arm | work | calls/s | CPU µs/call | loop µs, parks | pool µs, "
-          "parks | echod hand-offs parked: loop, worker | compiler share |")
-    print("|---|---|---|---|---:|---:|---|---|---|---:|")
+    if args.rates:
+        print("Open loops (k6 %s/s): k6 constant-arrival-rate for %d s, as the study's fixed-rate "
+              "grid drives it; p50 / p99 beside them.\n" % (
+                  "/".join(str(r) for r in args.rates), args.seconds))
+    print("| load | server | arm | work | calls/s | CPU µs/call | loop µs, parks | pool µs, "
+          "parks | echod hand-offs parked: loop, worker | compiler share | p50 / p99 ms |")
+    print("|---|---|---|---|---:|---:|---|---|---|---:|---|")
     for s in shapes:
         for (srv, arm, work), by in runs.items():
             r = by[s]
             lo, po = r["groups"]["event loop"], r["groups"]["pool"]
             h = r.get("handoffs")
-            print("| %dx%d | %s | %s | %s | %.0f | %.0f | %.0f, %.2f | %.0f, %.2f | %s | %s |" % (
-                s[0], s[1], srv, arm, work, r["calls_per_s"], r["cpu_us"], lo["cpu_us"],
+            print("| %s | %s | %s | %s | %.0f | %.0f | %.0f, %.2f | %.0f, %.2f | %s | %s | %s |" % (
+                load_key(s), srv, arm, work, r["calls_per_s"], r["cpu_us"], lo["cpu_us"],
                 lo["vol"], po["cpu_us"], po["vol"],
                 "%.2f, %.2f" % (h["loop parked"], h["worker parked"]) if h else "-",
-                "%.1f%%" % (100 * r["compiler_share"]) if srv == "grpc-java" else "-"))
-    print("\nCapacity (1e6 / CPU µs a call) over the same server's and work's `direct`:\n")
+                "%.1f%%" % (100 * r["compiler_share"]) if srv == "grpc-java" else "-",
+                "%s / %s" % (fmt.ms(r["p50_ms"]), fmt.ms(r["p99_ms"])) if "p99_ms" in r else "-"))
+    print("\nCapacity (1e6 / CPU µs a call) over the same server's and work's `direct` (an open "
+          "loop: the same rate's CPU a call, inverted):\n")
     print("| shape | " + " | ".join("%s %s %s" % k for k in runs if k[1] != "direct") + " |")
     print("|---|" + "---:|" * sum(1 for k in runs if k[1] != "direct"))
     for s in shapes:
@@ -184,4 +247,4 @@ def render(args, shapes, runs):
                 continue
             base = runs.get((srv, "direct", work))
             cells.append("%.2f" % (base[s]["cpu_us"] / by[s]["cpu_us"]) if base else "-")
-        print("| %dx%d | %s |" % (s[0], s[1], " | ".join(cells)))
+        print("| %s | %s |" % (load_key(s), " | ".join(cells)))
