@@ -1850,6 +1850,18 @@ class Shapes(unittest.TestCase):
         self.assertEqual(shapes.load_key((800, 1)), "800x1")
         self.assertEqual(shapes.load_key(319), "k6 319/s")
 
+    def test_loop_runs(self):
+        # (sleep ms, run µs) of wake.loop_runs over 2 calls: each run in the bin its sleep falls in,
+        # a bin's lower edge in it, the last bin open-ended
+        runs = [(0.005, 20.0), (0.01, 24.0), (0.02, 30.0), (0.3, 50.0), (1.0, 80.0), (40.0, 300.0)]
+        lr = shapes.loop_runs_of(runs, 2)
+        self.assertEqual(list(lr), ["0-0.02 ms", "0.02-0.1 ms", "0.1-0.5 ms", "0.5-2 ms", "2 ms+"])
+        self.assertEqual(lr["0-0.02 ms"], {"per_call": 1.0, "us_per_call": 22.0, "median_us": 24.0})
+        self.assertEqual(lr["0.02-0.1 ms"]["per_call"], 0.5)
+        self.assertEqual(lr["2 ms+"]["us_per_call"], 150.0)
+        self.assertEqual(sum(b["us_per_call"] for b in lr.values()), sum(r for _, r in runs) / 2)
+        self.assertIsNone(shapes.loop_runs_of([], 1)["0-0.02 ms"]["median_us"])
+
     def test_echod_groups(self):
         # the names echod gives its threads (daemon/dispatch/exec.c, dispatcher.c, exec_virtual.c)
         for name, group in (("echod-io-0", "event loop"), ("echod-virtual-0", "pool"),

@@ -24,7 +24,7 @@ import time
 from .. import daemon, fmt, jvm, paths, peers, procstat
 from ..study import server
 from ..study.cost import Cost
-from . import model, peer_load
+from . import model, peer_load, wake
 
 DEFAULT_SHAPES = "800x1,32x8"
 # grpc-java's machinery as measured in each CPU model (bench/results/model/peer-virtual*.md)
@@ -75,6 +75,25 @@ def handoffs_of(w, calls):
             for rc in ("loop", "worker") for f in ("parked", "running")}
 
 
+# --loop-runs: the sleeps (ms) that split the loop's runs: a monitor's convoy (under 0.02 ms), a
+# burst of hand-offs, a call's second wake (0.1-0.3 ms), a carrier's work, the gap between calls
+SLEEP_BINS_MS = ((0, 0.02), (0.02, 0.1), (0.1, 0.5), (0.5, 2.0), (2.0, None))
+
+
+def sleep_bin(lo, hi):
+    return "%g-%g ms" % (lo, hi) if hi else "%g ms+" % lo
+
+
+def loop_runs_of(runs, calls):
+    """{sleep bin: runs a call, their CPU µs a call, the median run's µs} of wake.loop_runs."""
+    out = {}
+    for lo, hi in SLEEP_BINS_MS:
+        b = sorted(r for s, r in runs if s >= lo and (hi is None or s < hi))
+        out[sleep_bin(lo, hi)] = {"per_call": len(b) / calls, "us_per_call": sum(b) / calls,
+                                  "median_us": b[len(b) // 2] if b else None}
+    return out
+
+
 def measure_open(args, drivers, target, classify, rate, admin=None):
     """One open loop at `rate` calls/s (k6 constant-arrival-rate, the study's fixed-rate grid
     driver): where the CPU of a loaded but unsaturated server goes, which the closed loops, always
@@ -85,7 +104,9 @@ def measure_open(args, drivers, target, classify, rate, admin=None):
                  time.monotonic() + QUIET_MAX_S)
     tw = procstat.ThreadWindow(target.pid, classify)
     w = model.Window(target.pid, admin) if admin else None
-    s = drivers.fixed_k6(target, "open", rate, args.seconds)
+    def run():
+        return drivers.fixed_k6(target, "open", rate, args.seconds)
+    s, runs = wake.loop_runs(target.pid, classify, run) if args.loop_runs else (run(), None)
     if admin:
         w.close()
     tw.close()
@@ -97,6 +118,8 @@ def measure_open(args, drivers, target, classify, rate, admin=None):
            "compiler_share": share, "groups": groups, "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"]}
     if admin:
         out["handoffs"] = handoffs_of(w, calls)
+    if runs is not None:
+        out["loop_runs"] = loop_runs_of(runs, calls)
     return out
 
 
@@ -177,6 +200,10 @@ def shapes_main(args):
     if not shapes and not args.rates:
         model.log("bench/model shapes: no load (--shapes and --rates both empty)")
         return 2
+    if args.loop_runs and (not args.rates or wake.unusable()):
+        model.log("bench/model shapes --loop-runs: %s" % (
+            wake.unusable() or "the loop's runs are measured in the open loops: give --rates"))
+        return 2
     need_k6 = "--rates" if args.rates else None
     ready = peer_load.setup(args, "shapes", need_k6) if args.peer_arms else None
     workdir = ready[0] if ready else tempfile.mkdtemp(prefix="echod-shapes-")
@@ -236,6 +263,7 @@ def render(args, shapes, runs):
                 "%.2f, %.2f" % (h["loop parked"], h["worker parked"]) if h else "-",
                 "%.1f%%" % (100 * r["compiler_share"]) if srv == "grpc-java" else "-",
                 "%s / %s" % (fmt.ms(r["p50_ms"]), fmt.ms(r["p99_ms"])) if "p99_ms" in r else "-"))
+    render_loop_runs(shapes, runs)
     print("\nCapacity (1e6 / CPU µs a call) over the same server's and work's `direct` (an open "
           "loop: the same rate's CPU a call, inverted):\n")
     print("| shape | " + " | ".join("%s %s %s" % k for k in runs if k[1] != "direct") + " |")
@@ -248,3 +276,21 @@ def render(args, shapes, runs):
             base = runs.get((srv, "direct", work))
             cells.append("%.2f" % (base[s]["cpu_us"] / by[s]["cpu_us"]) if base else "-")
         print("| %s | %s |" % (load_key(s), " | ".join(cells)))
+
+
+def render_loop_runs(loads, runs):
+    rows = [(s, k, by[s]["loop_runs"]) for s in loads for k, by in runs.items()
+            if "loop_runs" in by.get(s, {})]
+    if not rows:
+        return
+    bins = [sleep_bin(lo, hi) for lo, hi in SLEEP_BINS_MS]
+    print("\nThe event loop's runs (a wake-up to its next sleep, `perf sched timehist`) by the sleep "
+          "before them, per call: runs x the median run's µs = their µs. The CPU figures above were "
+          "taken under perf too.\n")
+    print("| load | server | arm | work | " + " | ".join("after %s" % b for b in bins) + " |")
+    print("|---|---|---|---|" + "---|" * len(bins))
+    for s, (srv, arm, work), lr in rows:
+        print("| %s | %s | %s | %s | %s |" % (load_key(s), srv, arm, work, " | ".join(
+            "%.2f x %s = %.0f" % (lr[b]["per_call"], "-" if lr[b]["median_us"] is None
+                                  else "%.0f" % lr[b]["median_us"], lr[b]["us_per_call"])
+            for b in bins)))
