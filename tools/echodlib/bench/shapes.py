@@ -104,8 +104,10 @@ def measure_open(args, drivers, target, classify, rate, admin=None):
                  time.monotonic() + QUIET_MAX_S)
     tw = procstat.ThreadWindow(target.pid, classify)
     w = model.Window(target.pid, admin) if admin else None
+
     def run():
         return drivers.fixed_k6(target, "open", rate, args.seconds)
+
     s, runs = wake.loop_runs(target.pid, classify, run) if args.loop_runs else (run(), None)
     if admin:
         w.close()
@@ -200,9 +202,10 @@ def shapes_main(args):
     if not shapes and not args.rates:
         model.log("bench/model shapes: no load (--shapes and --rates both empty)")
         return 2
-    if args.loop_runs and (not args.rates or wake.unusable()):
-        model.log("bench/model shapes --loop-runs: %s" % (
-            wake.unusable() or "the loop's runs are measured in the open loops: give --rates"))
+    why = args.loop_runs and (wake.unusable() or (
+        not args.rates and "the loop's runs are measured in the open loops: give --rates"))
+    if why:
+        model.log("bench/model shapes --loop-runs: %s" % why)
         return 2
     need_k6 = "--rates" if args.rates else None
     ready = peer_load.setup(args, "shapes", need_k6) if args.peer_arms else None
