@@ -279,6 +279,7 @@ static const key_def_t model_keys[] = {
     UINT_KEY("step_cpu_us", CFG, work.model.step_cpu_us, 0, MAX_WORK_US, 0),
     UINT_KEY("handoff_cpu_us", CFG, work.model.handoff_cpu_us, 0, MAX_WORK_US, 0),
     UINT_KEY("handoff_wake_cpu_us", CFG, work.model.handoff_wake_cpu_us, 0, MAX_WORK_US, 0),
+    UINT_KEY("handoff_wake_loop_cpu_us", CFG, work.model.handoff_wake_loop_cpu_us, 0, MAX_WORK_US, 0),
     UINT_KEY("message_cpu_us", CFG, work.model.message_cpu_us, 0, MAX_WORK_US, 0),
     UINT_KEY("wakeup_cpu_us", CFG, work.model.wakeup_cpu_us, 0, MAX_WORK_US, 0),
     UINT_KEY("wakeup_short_cpu_us", CFG, work.model.wakeup_short_cpu_us, 0, MAX_WORK_US, 0),
@@ -1727,6 +1728,7 @@ static int check_model(const echod_config_t *cfg, char *err, size_t errlen)
                  {"step_cpu_us", m->step_cpu_us},
                  {"handoff_cpu_us", m->handoff_cpu_us},
                  {"handoff_wake_cpu_us", m->handoff_wake_cpu_us},
+                 {"handoff_wake_loop_cpu_us", m->handoff_wake_loop_cpu_us},
                  {"message_cpu_us", m->message_cpu_us},
                  {"wakeup_cpu_us", m->wakeup_cpu_us},
                  {"wakeup_short_cpu_us", m->wakeup_short_cpu_us}};

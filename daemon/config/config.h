@@ -84,6 +84,9 @@ typedef struct {
     uint32_t message_cpu_us; /* per message in and per message out, where it is decoded or encoded */
     /* in addition to handoff_cpu_us, per hand-off that found its receiver parked (and so woke it) */
     uint32_t handoff_wake_cpu_us;
+    /* server-wide only (no call's): in addition to handoff_wake_cpu_us, per hand-off that woke a
+     * parked loop (a JVM's selector convoy when the waker shares the loop's CPU: docs/work-model.md) */
+    uint32_t handoff_wake_loop_cpu_us;
     /* server-wide only (no call's): per I/O wake-up of a loop, on the loop, after a sleep in its
      * poll of wakeup_full_sleep_us or more (0: whatever the sleep); a shorter sleep s costs
      * short + (wakeup_cpu_us - short) x (s / full)^wakeup_sleep_exponent; and a steady background

@@ -184,12 +184,13 @@ static void build_info_series(echod_metrics__render_t *r, const echod_metrics__f
         const echod_work_model_t *m = &cfg->work.model;
         char model[256] = "off";
         if (m->enabled)
-            snprintf(model, sizeof(model),
-                     "call=%u,step=%u,handoff=%u,message=%u,handoff_wake=%u,wakeup=%u,wakeup_short=%u,"
-                     "wakeup_full_sleep_us=%u,wakeup_sleep_exponent=%g,background_millicores=%u",
-                     m->call_cpu_us, m->step_cpu_us, m->handoff_cpu_us, m->message_cpu_us, m->handoff_wake_cpu_us,
-                     m->wakeup_cpu_us, m->wakeup_short_cpu_us, m->wakeup_full_sleep_us, m->wakeup_sleep_exponent,
-                     m->background_millicores);
+            snprintf(
+                model, sizeof(model),
+                "call=%u,step=%u,handoff=%u,message=%u,handoff_wake=%u,handoff_wake_loop=%u,wakeup=%u,wakeup_short=%u,"
+                "wakeup_full_sleep_us=%u,wakeup_sleep_exponent=%g,background_millicores=%u",
+                m->call_cpu_us, m->step_cpu_us, m->handoff_cpu_us, m->message_cpu_us, m->handoff_wake_cpu_us,
+                m->handoff_wake_loop_cpu_us, m->wakeup_cpu_us, m->wakeup_short_cpu_us, m->wakeup_full_sleep_us,
+                m->wakeup_sleep_exponent, m->background_millicores);
         echod_metrics__label(r, "work_model", model);
         echod_metrics__label(r, "config_sha256", cfg->sha256);
     }

@@ -9,6 +9,7 @@ const char *const echod_charge_names[] = {
     [ECHOD_CHARGE_HANDOFF] = "handoff",
     [ECHOD_CHARGE_MESSAGE] = "message",
     [ECHOD_CHARGE_HANDOFF_WAKE] = "handoff_wake",
+    [ECHOD_CHARGE_HANDOFF_WAKE_LOOP] = "handoff_wake_loop",
     [ECHOD_CHARGE_WAKEUP] = "wakeup",
     [ECHOD_CHARGE_BACKGROUND] = "background",
 };

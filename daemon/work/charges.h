@@ -8,13 +8,14 @@
 #define ECHOD_CHARGES_H
 
 typedef enum {
-    ECHOD_CHARGE_CALL = 0,     /* the transport's share of a call: request headers, then trailers */
-    ECHOD_CHARGE_STEP,         /* one step that ran */
-    ECHOD_CHARGE_HANDOFF,      /* one cross-thread hand-off, on the thread that received it */
-    ECHOD_CHARGE_MESSAGE,      /* one message in or out */
-    ECHOD_CHARGE_HANDOFF_WAKE, /* on top of HANDOFF: the hand-off found its receiver parked and woke it */
-    ECHOD_CHARGE_WAKEUP,       /* an I/O loop woken from its poll by I/O (the server's model: no call's) */
-    ECHOD_CHARGE_BACKGROUND,   /* one slice of the steady background burn (work/background.h) */
+    ECHOD_CHARGE_CALL = 0,          /* the transport's share of a call: request headers, then trailers */
+    ECHOD_CHARGE_STEP,              /* one step that ran */
+    ECHOD_CHARGE_HANDOFF,           /* one cross-thread hand-off, on the thread that received it */
+    ECHOD_CHARGE_MESSAGE,           /* one message in or out */
+    ECHOD_CHARGE_HANDOFF_WAKE,      /* on top of HANDOFF: the hand-off found its receiver parked and woke it */
+    ECHOD_CHARGE_HANDOFF_WAKE_LOOP, /* on top of HANDOFF_WAKE: the receiver it woke was the loop */
+    ECHOD_CHARGE_WAKEUP,            /* an I/O loop woken from its poll by I/O (the server's model: no call's) */
+    ECHOD_CHARGE_BACKGROUND,        /* one slice of the steady background burn (work/background.h) */
     ECHOD_CHARGE__COUNT
 } echod_charge_kind_t;
 extern const char *const echod_charge_names[];

@@ -39,7 +39,8 @@ void echod_model_charge_wakeup(const echod_model_t *m, uint64_t slept_ns);
 
 /*
  * One hand-off received by the calling thread: HANDOFF, and HANDOFF_WAKE on top when it found
- * the thread parked (`parked`), burnt in one stretch and counted as a charge of each kind.
+ * the thread parked (`parked`), and HANDOFF_WAKE_LOOP on top of that when the thread is a loop,
+ * burnt in one stretch and counted as a charge of each kind.
  */
 void echod_model_charge_handoff(const echod_model_t *m, echod_charge_thread_t thread, int parked);
 

@@ -20,7 +20,8 @@ where they are scaled up).
                                the loop, dispatches on the workers
   Model.test_bidi_*            a bidi message = its steps x step + 2 x message (+ its hand-offs)
   HandOffs.*                   every gRPC arm at low load and at saturation: hand-offs by receiver
-                               and what they found, the loop's wake-ups, their charges exactly;
+                               and what they found, the loop's wake-ups, their charges exactly
+                               (handoff_wake_loop on the loop's parked ones alone);
                                the parked share falls with the load
   Background.*                 background_millicores: 1 ms slices on echod-bg, exactly counted
   WakeBySleep.*                a wake-up priced by the loop's sleep: charged exactly as the sleep
@@ -57,6 +58,7 @@ import echodlib.h2load as h2load_cmd  # noqa: E402  (echod_harness put tools/ on
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from echodlib import procstat  # noqa: E402
+from echodlib.bench import shapes  # noqa: E402
 from echodlib.procstat import thread_cpu as thread_cpu_s  # noqa: E402
 
 ARMS = os.path.join(ROOT, "config", "arms")
@@ -143,7 +145,7 @@ class Model(unittest.TestCase):
             stub = EchoStub(ch)
             labels = d.metrics().series("echod_build_info")[0][0]
             self.assertEqual(labels.get("work_model"), "call=%d,step=%d,handoff=%d,message=%d,handoff_wake=%d,"
-                             "wakeup=0,wakeup_short=0,wakeup_full_sleep_us=0,wakeup_sleep_exponent=0.5,"
+                             "handoff_wake_loop=0,wakeup=0,wakeup_short=0,wakeup_full_sleep_us=0,wakeup_sleep_exponent=0.5,"
                              "background_millicores=0" % (CALL, STEP, HANDOFF, MESSAGE, WAKE))
             for i in range(10):  # warm-up: connection, threads, caches
                 stub.UnaryEcho("w", timeout=T)
@@ -360,7 +362,7 @@ def share(counts, receiver):
 
 
 # The hand-off units of HandOffs: small, so the loads stay what they are without the model.
-H_UNIT, WAKE_UNIT, WAKEUP_UNIT = 3, 5, 7
+H_UNIT, WAKE_UNIT, LOOP_UNIT, WAKEUP_UNIT = 3, 5, 2, 7
 # Arms whose pool lets a busy worker take the next task from its queue. The others are a cached
 # pool, whose every hand-off goes to an idle thread: parked, or still in the one yield it makes
 # before it sleeps (as the JDK's SynchronousQueue), which depends on timing at any load.
@@ -377,8 +379,9 @@ class HandOffs(unittest.TestCase):
 
       - a worker receives every dispatch that crossed threads and the loop every loop task; direct
         arms receive none; each wake-up by a task batch is the hand-off that found the loop parked;
-      - the model charged handoff once per hand-off, handoff_wake once per parked one, and wakeup
-        once per I/O wake-up, on the receiving thread, each exactly its unit.
+      - the model charged handoff once per hand-off, handoff_wake once per parked one,
+        handoff_wake_loop once per one that woke the loop (never on a worker), and wakeup once per
+        I/O wake-up, on the receiving thread, each exactly its unit.
 
     Across the two, on a pool arm the parked share of all its hand-offs falls, and of the loop's
     (at low load the loop sleeps between a call's tasks; at saturation it never sleeps), and of the
@@ -396,7 +399,7 @@ class HandOffs(unittest.TestCase):
         c["tasks"] = metric_delta(m1, m0, "echod_loop_tasks_total")
         for cause in ("io", "task"):
             c["wake", cause] = metric_delta(m1, m0, "echod_loop_wakeups_total", cause=cause)
-        for k in ("handoff", "handoff_wake", "wakeup"):
+        for k in ("handoff", "handoff_wake", "handoff_wake_loop", "wakeup"):
             for t in RECEIVERS:
                 c["charged", k, t] = charges(m1, m0, k, t)
                 c["charged_s", k, t] = charged_s(m1, m0, k, t)
@@ -406,9 +409,10 @@ class HandOffs(unittest.TestCase):
         self.assertEqual(c["worker", "parked"] + c["worker", "running"], c["crossing"], "%s, %s: %r" % (arm, what, c))
         self.assertEqual(c["loop", "parked"] + c["loop", "running"], c["tasks"], "%s, %s: %r" % (arm, what, c))
         self.assertEqual(c["wake", "task"], c["loop", "parked"], "%s, %s: %r" % (arm, what, c))
-        unit = {"handoff": H_UNIT, "handoff_wake": WAKE_UNIT, "wakeup": WAKEUP_UNIT}
+        unit = {"handoff": H_UNIT, "handoff_wake": WAKE_UNIT, "handoff_wake_loop": LOOP_UNIT, "wakeup": WAKEUP_UNIT}
         for t in RECEIVERS:
             want = {"handoff": c[t, "parked"] + c[t, "running"], "handoff_wake": c[t, "parked"],
+                    "handoff_wake_loop": c[t, "parked"] if t == "loop" else 0,
                     "wakeup": c["wake", "io"] if t == "loop" else 0}
             for k, n in want.items():
                 self.assertEqual(c["charged", k, t], n, "%s, %s: %s charged on the %s" % (arm, what, k, t))
@@ -419,8 +423,8 @@ class HandOffs(unittest.TestCase):
         if SANITIZER and arm not in SANITIZED_ARMS:
             self.skipTest("%s: release builds only (CI time); under a sanitizer: %s"
                           % (arm, ", ".join(sorted(SANITIZED_ARMS))))
-        units = ["work.model={enabled: true, handoff_cpu_us: %d, handoff_wake_cpu_us: %d, wakeup_cpu_us: %d}"
-                 % (H_UNIT, WAKE_UNIT, WAKEUP_UNIT)]
+        units = ["work.model={enabled: true, handoff_cpu_us: %d, handoff_wake_cpu_us: %d, "
+                 "handoff_wake_loop_cpu_us: %d, wakeup_cpu_us: %d}" % (H_UNIT, WAKE_UNIT, LOOP_UNIT, WAKEUP_UNIT)]
         path = os.path.join(ARMS, arm + ".yaml")
         with Daemon(config=path, sets=units) as d:
             ch = d.channel()
@@ -671,6 +675,14 @@ class HerePreset(unittest.TestCase):
                 self.assertAlmostEqual(m["wakeup_short_cpu_us"], fit["short_us"], delta=0.5)
                 self.assertAlmostEqual(m["wakeup_full_sleep_us"], fit["full_sleep_ms"] * 1000, delta=500)
                 self.assertAlmostEqual(m["wakeup_sleep_exponent"], fit["exponent"], delta=0.005)
+                # the selector's convoy, pinned alone: the median of its two rounds' loads
+                convoy = [os.path.join(ROOT, "bench", "results", "model", "convoy-pinned%d.json" % i) for i in (1, 2)]
+                docs = []
+                for path in convoy if x["wake"] == "pinned" else ():
+                    with open(path) as fh:
+                        docs.append(json.load(fh))
+                want = shapes.convoy_unit(docs) if docs else 0
+                self.assertAlmostEqual(m.get("handoff_wake_loop_cpu_us", 0), want, delta=0.5)
 
 
 def run_echod(args):

@@ -1110,12 +1110,14 @@ class Costs(unittest.TestCase):
                              "    wakeup_cpu_us: 40\n    background_millicores: 50\n"))
         self.assertEqual(c.name, "model:preset")
         self.assertEqual(c.scaled(0.5), {"call": 50, "step": 1, "handoff": 5, "handoff_wake": 15,
-                                         "message": 10, "wakeup": 20, "wakeup_short": 0})
+                                         "handoff_wake_loop": 0, "message": 10, "wakeup": 20,
+                                         "wakeup_short": 0})
         # the background is a share of the CPU: the same at any scale
         self.assertEqual(c.sets(0.5), ["work.defaults.cpu_us=0", "work.model.enabled=true",
                                        "work.model.call_cpu_us=50", "work.model.step_cpu_us=1",
                                        "work.model.handoff_cpu_us=5",
                                        "work.model.handoff_wake_cpu_us=15",
+                                       "work.model.handoff_wake_loop_cpu_us=0",
                                        "work.model.message_cpu_us=10",
                                        "work.model.wakeup_cpu_us=20",
                                        "work.model.wakeup_short_cpu_us=0",
@@ -1147,7 +1149,8 @@ class Costs(unittest.TestCase):
                              "    background_millicores: 2\n"), scale="flat")
         self.assertEqual(c.name, "model:preset+flat")
         self.assertEqual(c.scaled(2000), {"call": 8, "step": 0, "handoff": 7, "handoff_wake": 8,
-                                          "message": 7, "wakeup": 91, "wakeup_short": 0})
+                                          "handoff_wake_loop": 0, "message": 7, "wakeup": 91,
+                                          "wakeup_short": 0})
         self.assertEqual(c.sets(2000)[:2], ["work.defaults.cpu_us=2000", "work.model.enabled=true"])
         self.assertIn("work.model.wakeup_cpu_us=91", c.sets(2000))
         self.assertEqual((c.per_call(2000), c.per_message(2000), c.slope()), (2022, 2014, 1.0))
@@ -1353,23 +1356,25 @@ class StudyFigures(unittest.TestCase):
         tmp = tempfile.mkdtemp(prefix="echodlib-over-")
         self.addCleanup(shutil.rmtree, tmp, True)
 
-        def run(name, cpu_model, f4, mux_p99, flagged=False):
+        def run(name, cpu_model, f4, mux_p99, flagged=False, cpu_model_name=None):
             d = os.path.join(tmp, name)
             os.makedirs(d)
             part = {"key": "F4.p99", "figure": "p99 at 1.2x, direct-drain / direct",
                     "echod": f4[0], "java": f4[1],
                     "java_verdict": "not judged" if flagged else "reproduced"}
+            doc = {"cpu_model_name": cpu_model_name} if cpu_model_name else {}
             with open(os.path.join(d, "study.json"), "w") as f:
-                json.dump({"cost": {"variant": "flat"}, "label": "flat", "cpu_model": cpu_model,
-                           "findings": F.compute(Findings.FIGURES, "flat"), "witness": {
-                               "against": [{"id": "F4", "parts": [part]}],
-                               "mux_against": [{"key": "M.p99", "title": "p99 at 1.2x",
-                                                "echod": mux_p99[0], "java": mux_p99[1],
-                                                "verdict": "matches"}]}}, f)
+                json.dump(dict(doc, cost={"variant": "flat"}, label="flat", cpu_model=cpu_model,
+                               findings=F.compute(Findings.FIGURES, "flat"), witness={
+                                   "against": [{"id": "F4", "parts": [part]}],
+                                   "mux_against": [{"key": "M.p99", "title": "p99 at 1.2x",
+                                                    "echod": mux_p99[0], "java": mux_p99[1],
+                                                    "verdict": "matches"}]}), f)
             return d
         quota = "CFS quota of one CPU over both cores (cgroup v1)"
         dirs = [run("q1", quota, (0.58, 0.77), (0.70, 0.70), flagged=True),
-                run("q2", quota, (0.92, 0.57), (0.72, 0.71)),
+                # study.json's cpu_model_name decides, whatever the description says
+                run("q2", "a one-CPU limit", (0.92, 0.57), (0.72, 0.71), cpu_model_name="quota"),
                 run("p1", "pinned core: the server on CPU 1", (1.30, 0.70), (0.70, 0.71)),
                 run("p2", "pinned core: the server on CPU 1", (1.25, 0.72), (0.70, 0.70)),
                 os.path.join(tmp, "plain")]
@@ -1838,6 +1843,28 @@ class PeerLoad(unittest.TestCase):
 
 class Shapes(unittest.TestCase):
     """bench/model shapes: its shapes and echod's thread groups, named as the JVM's are."""
+
+    @staticmethod
+    def row(loop_us, parked=None):
+        r = {"groups": {"event loop": {"cpu_us": loop_us, "vol": 3.0}}}
+        if parked is not None:
+            r["handoffs"] = {"loop parked": parked}
+        return r
+
+    def test_loop_gaps(self):
+        """grpc-java's `virtual` loop less echod's, per hand-off that woke echod's loop, on the
+        loads both ran; the convoy unit is their median over documents, as --json writes them."""
+        runs = {("grpc-java", "virtual", "flat"): {"1x1": self.row(390), "2x1": self.row(340)},
+                ("echod", "virtual", "model+flat"): {"1x1": self.row(200, 2.0), "2x1": self.row(220, 3.0),
+                                                     "4x1": self.row(250, 3.0)},
+                ("echod", "direct", "flat"): {"1x1": self.row(2900)}}
+        self.assertEqual(shapes.loop_gaps(runs), [("1x1", "model+flat", 190, 95.0), ("2x1", "model+flat", 120, 40.0)])
+        self.assertEqual(shapes.loop_gap(self.row(300), self.row(250, 0.0)), (50, None))
+        doc = {"runs": {"%s %s %s" % k: v for k, v in runs.items()}}
+        other = {"runs": {"grpc-java virtual flat": {"1x1": self.row(300)},
+                          "echod virtual model+flat": {"1x1": self.row(200, 4.0)}}}
+        self.assertEqual(shapes.convoy_unit([doc, other]), 40.0)  # median of 95, 40, 25
+        self.assertIsNone(shapes.convoy_unit([{"runs": {}}]))
 
     def test_parse(self):
         self.assertEqual(shapes.parse_shapes("800x1,32x8"), [(800, 1), (32, 8)])

@@ -744,7 +744,8 @@ static void test_work_model(void)
                 "             sleep_us: 100, sleep_dist: exponential}\n"
                 "  per_method: {/a.B/C: {cpu_dist: constant}}\n"
                 "  model: {enabled: true, call_cpu_us: 283, step_cpu_us: 14, handoff_cpu_us: 40, message_cpu_us: 24,\n"
-                "          handoff_wake_cpu_us: 300, wakeup_cpu_us: 90, wakeup_short_cpu_us: 30,\n"
+                "          handoff_wake_cpu_us: 300, handoff_wake_loop_cpu_us: 45, wakeup_cpu_us: 90,\n"
+                "          wakeup_short_cpu_us: 30,\n"
                 "          wakeup_full_sleep_us: 20000,"
                 "          wakeup_sleep_exponent: 0.25, background_millicores: 57}\n",
                 &cfg));
@@ -754,8 +755,8 @@ static void test_work_model(void)
     CHECK(cfg.work.defaults.sleep_dist.kind == ECHOD_DIST_EXPONENTIAL);
     CHECK(cfg.work.model.enabled && cfg.work.model.call_cpu_us == 283 && cfg.work.model.step_cpu_us == 14 &&
           cfg.work.model.handoff_cpu_us == 40 && cfg.work.model.message_cpu_us == 24);
-    CHECK(cfg.work.model.handoff_wake_cpu_us == 300 && cfg.work.model.wakeup_cpu_us == 90 &&
-          cfg.work.model.background_millicores == 57);
+    CHECK(cfg.work.model.handoff_wake_cpu_us == 300 && cfg.work.model.handoff_wake_loop_cpu_us == 45 &&
+          cfg.work.model.wakeup_cpu_us == 90 && cfg.work.model.background_millicores == 57);
     CHECK(cfg.work.model.wakeup_short_cpu_us == 30 && cfg.work.model.wakeup_full_sleep_us == 20000 &&
           cfg.work.model.wakeup_sleep_exponent == 0.25);
     CHECK(echod_config_finish(&cfg, err, sizeof(err)) == 0);
@@ -776,7 +777,8 @@ static void test_work_model(void)
     CHECK(set_fails_with("work.seed=-1", "--set work.seed: expected an integer from 0 to 18446744073709551615"));
     CHECK(set_fails_with("work.model.bogus=1", "--set work.model.bogus: unknown key \"bogus\"; valid keys of model: "
                                                "enabled, call_cpu_us, step_cpu_us, handoff_cpu_us, "
-                                               "handoff_wake_cpu_us, message_cpu_us, wakeup_cpu_us, "
+                                               "handoff_wake_cpu_us, handoff_wake_loop_cpu_us, message_cpu_us, "
+                                               "wakeup_cpu_us, "
                                                "wakeup_short_cpu_us, wakeup_full_sleep_us, "
                                                "wakeup_sleep_exponent, background_millicores"));
     /* a sleep, not a unit cost: up to an idle minute, and no cap by work.max_cpu */
@@ -800,7 +802,8 @@ static void test_work_model(void)
     CHECK(finish_fails_with(&cfg, want));
     echod_config_free(&cfg);
     /* the new units are CPU a thread burns too: under the same cap */
-    static const char *const capped[] = {"handoff_wake_cpu_us", "wakeup_cpu_us", "wakeup_short_cpu_us"};
+    static const char *const capped[] = {"handoff_wake_cpu_us", "handoff_wake_loop_cpu_us", "wakeup_cpu_us",
+                                         "wakeup_short_cpu_us"};
     for (size_t i = 0; i < sizeof(capped) / sizeof(capped[0]); i++) {
         echod_config_init(&cfg);
         char kv[96];

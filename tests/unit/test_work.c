@@ -397,6 +397,28 @@ static void test_model_handoffs(void)
     echod_model_charge_handoff(&m, ECHOD_CHARGE_ON_LOOP, 1);
     CHECK(charged(ECHOD_CHARGE_HANDOFF, ECHOD_CHARGE_ON_LOOP) == h);
     CHECK(charged(ECHOD_CHARGE_HANDOFF_WAKE, ECHOD_CHARGE_ON_LOOP) == 1);
+
+    /* the loop's extra: on a hand-off that woke a loop alone, in the same stretch as the wake */
+    echod_work_model_t convoy = {.enabled = true, .handoff_wake_cpu_us = 12, .handoff_wake_loop_cpu_us = 40};
+    echod_model_init(&m, &convoy);
+    CHECK(m.on && m.us[ECHOD_CHARGE_HANDOFF_WAKE_LOOP] == 40);
+    uint64_t l = charged(ECHOD_CHARGE_HANDOFF_WAKE_LOOP, ECHOD_CHARGE_ON_LOOP),
+             lns = charged_ns(ECHOD_CHARGE_HANDOFF_WAKE_LOOP, ECHOD_CHARGE_ON_LOOP);
+    w = charged(ECHOD_CHARGE_HANDOFF_WAKE, ECHOD_CHARGE_ON_LOOP);
+    t0 = thread_cpu_ns();
+    echod_model_charge_handoff(&m, ECHOD_CHARGE_ON_LOOP, 1);
+    burnt = thread_cpu_ns() - t0;
+    echod_model_charge_handoff(&m, ECHOD_CHARGE_ON_LOOP, 0);
+    echod_model_charge_handoff(&m, ECHOD_CHARGE_ON_WORKER, 1);
+    CHECK(charged(ECHOD_CHARGE_HANDOFF_WAKE_LOOP, ECHOD_CHARGE_ON_LOOP) - l == 1);
+    CHECK(charged_ns(ECHOD_CHARGE_HANDOFF_WAKE_LOOP, ECHOD_CHARGE_ON_LOOP) - lns == 40000);
+    CHECK(charged(ECHOD_CHARGE_HANDOFF_WAKE, ECHOD_CHARGE_ON_LOOP) - w == 1);
+    CHECK(charged(ECHOD_CHARGE_HANDOFF_WAKE_LOOP, ECHOD_CHARGE_ON_WORKER) == 0);
+    CHECK(burnt >= 52000 * 9 / 10);
+    /* a server-wide unit alone still turns a call's model on: it is a charge a call makes */
+    echod_work_model_t loop_only = {.enabled = true, .handoff_wake_loop_cpu_us = 40};
+    echod_model_init(&m, &loop_only);
+    CHECK(m.on);
 }
 
 /* The background thread: started only when it has a rate, its slices 1 ms each, stopped and joined. */

@@ -23,7 +23,7 @@ BIDI_MSGS = 1000  # EchoRequests in one stream's body
 PUB_UNARY_PLATEAU = {"direct": 2140, "virtual": 2060, "direct-drain": 2137}
 PUB_STREAM_PLATEAU = {"direct": 16000, "virtual": 16000 - 625}  # virtual shed 625 of 16k offered
 # the kinds of echod_work_model_cpu_seconds_total a call is charged (background: per second)
-CHARGED = ("call", "step", "handoff", "handoff_wake", "message", "wakeup")
+CHARGED = ("call", "step", "handoff", "handoff_wake", "handoff_wake_loop", "message", "wakeup")
 PUB_FIXED_CPU_US = {"direct": 145e3 / 200, "virtual": 220e3 / 200}  # 145 and 220 millicores at 200 calls/s
 DEFAULT_ARMS = ["direct", "direct-drain", "virtual", "cached", "merged", "coalesced", "merged-coalesced"]
 

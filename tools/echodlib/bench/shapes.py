@@ -17,6 +17,7 @@ charges most of a call to the loop (C, the call's unit), as grpc-java's transpor
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -266,7 +267,10 @@ def render(args, shapes, runs):
                 "%.2f, %.2f" % (h["loop parked"], h["worker parked"]) if h else "-",
                 "%.1f%%" % (100 * r["compiler_share"]) if srv == "grpc-java" else "-",
                 "%s / %s" % (fmt.ms(r["p50_ms"]), fmt.ms(r["p99_ms"])) if "p99_ms" in r else "-"))
+    render_loop_gaps({k: {s: by[s] for s in shapes if s in by} for k, by in runs.items()})
     render_loop_runs(shapes, runs)
+    if not any(arm == "direct" for _, arm, _ in runs):
+        return  # no ratio without its `direct`
     print("\nCapacity (1e6 / CPU µs a call) over the same server's and work's `direct` (an open "
           "loop: the same rate's CPU a call, inverted):\n")
     print("| shape | " + " | ".join("%s %s %s" % k for k in runs if k[1] != "direct") + " |")
@@ -279,6 +283,47 @@ def render(args, shapes, runs):
             base = runs.get((srv, "direct", work))
             cells.append("%.2f" % (base[s]["cpu_us"] / by[s]["cpu_us"]) if base else "-")
         print("| %s | %s |" % (load_key(s), " | ".join(cells)))
+
+
+def loop_gap(peer, ours):
+    """(grpc-java's loop µs a call less echod's, and that per hand-off of echod's that found its
+    loop parked, or None) for one load's rows of the same arm: what the pinned convoy costs
+    beyond what echod's model charges (handoff_wake_loop_cpu_us, docs/work-model.md)."""
+    gap = peer["groups"]["event loop"]["cpu_us"] - ours["groups"]["event loop"]["cpu_us"]
+    parked = ours["handoffs"]["loop parked"]
+    return gap, gap / parked if parked else None
+
+
+def loop_gaps(runs, arm="virtual"):
+    """[(load, echod's work, gap a call, gap a hand-off)] where grpc-java's flat `arm` and
+    echod's `arm` ran the same load; `runs` keyed (server, arm, work) or, as in --json, by
+    "server arm work"."""
+    def key(k):
+        return tuple(k.split(" ", 2)) if isinstance(k, str) else k
+    runs = {key(k): v for k, v in runs.items()}
+    peer = runs.get(("grpc-java", arm, "flat"), {})
+    return [(s, work) + loop_gap(peer[s], by[s]) for (srv, a, work), by in runs.items()
+            if srv == "echod" and a == arm for s in by if s in peer and by[s].get("handoffs")]
+
+
+def convoy_unit(docs):
+    """The median over every load of --json documents `docs` of grpc-java's `virtual` loop less
+    echod's per hand-off that woke echod's loop: config/models/grpc-java-here.yaml's
+    handoff_wake_loop_cpu_us, measured on echod without it."""
+    per = [g for d in docs for _, _, _, g in loop_gaps(d["runs"]) if g is not None]
+    return statistics.median(per) if per else None
+
+
+def render_loop_gaps(runs):
+    rows = loop_gaps(runs)
+    if not rows:
+        return
+    print("\nThe event loops, `virtual`: grpc-java's less echod's (the selector's convoy beyond what "
+          "echod's model charges; per hand-off of echod's that woke its loop):\n")
+    print("| load | echod's work | µs a call | µs a loop-waking hand-off |")
+    print("|---|---|---:|---:|")
+    for s, work, gap, per in rows:
+        print("| %s | %s | %.0f | %s |" % (load_key(s), work, gap, "-" if per is None else "%.1f" % per))
 
 
 def render_loop_runs(loads, runs):

@@ -26,7 +26,8 @@ class Cost:
            machine at no work), charged as they are, and x flat work per call and per message
            in the handler on top: what the witness runs (its own machinery, -Dpeer.cpu_us = x)."""
 
-    UNITS = ("call", "step", "handoff", "handoff_wake", "message", "wakeup", "wakeup_short")
+    UNITS = ("call", "step", "handoff", "handoff_wake", "handoff_wake_loop", "message", "wakeup",
+             "wakeup_short")
     SCALES = ("units", "flat")
 
     def __init__(self, model_file=None, scale="units"):
@@ -115,17 +116,20 @@ class Cost:
         u = self.scaled(x)
         if self.over_flat():
             return self.name, ("model over flat work: %s as measured: call %d, step %d, handoff %d "
-                               "(+%d waking), message %d, wake-up %d µs, background %d millicores; "
+                               "(+%d waking, +%d more the loop), message %d, wake-up %d µs, background "
+                               "%d millicores; "
                                "and work.defaults.cpu_us = %d µs per call and per bidi message "
                                "(direct: %d µs a unary call, %d µs a bidi message)" % (
                                    self.relpath(), u["call"], u["step"], u["handoff"],
-                                   u["handoff_wake"], u["message"], u["wakeup"], self.background,
-                                   x, self.per_call(x), self.per_message(x)))
-        return self.name, ("model: %s x %.3f: call %d, step %d, handoff %d (+%d waking), message "
-                           "%d, wake-up %d µs, background %d millicores (direct: %d µs a unary "
-                           "call, %d µs a bidi message)" % (
+                                   u["handoff_wake"], u["handoff_wake_loop"], u["message"],
+                                   u["wakeup"], self.background, x, self.per_call(x),
+                                   self.per_message(x)))
+        return self.name, ("model: %s x %.3f: call %d, step %d, handoff %d (+%d waking, +%d more "
+                           "the loop), message %d, wake-up %d µs, background %d millicores "
+                           "(direct: %d µs a unary call, %d µs a bidi message)" % (
                                self.relpath(), x, u["call"], u["step"], u["handoff"],
-                               u["handoff_wake"], u["message"], u["wakeup"], self.background,
+                               u["handoff_wake"], u["handoff_wake_loop"], u["message"],
+                               u["wakeup"], self.background,
                                self.per_call(x), self.per_message(x)))
 
     def relpath(self):

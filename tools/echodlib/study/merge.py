@@ -88,7 +88,10 @@ OVER_RUNS_NOTE = (
 
 
 def cpu_model_of(doc):
-    """"pinned" or "quota", from the CPU model a run's study.json describes."""
+    """"pinned" or "quota": a run's study.json's cpu_model_name, or (a run before it was written)
+    read from the CPU model's description."""
+    if doc.get("cpu_model_name"):
+        return doc["cpu_model_name"]
     return "quota" if str(doc.get("cpu_model", "")).startswith("CFS quota") else "pinned"
 
 

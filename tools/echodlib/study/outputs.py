@@ -236,7 +236,7 @@ def regime_doc(run):
 def document(run, found, elapsed, variant, variant_text, problems):
     """study.json."""
     args, cost, x = run.args, run.cost, run.x
-    return {"quick": run.plan.quick, "cpu_model": run.model.text, "cpu_us": x,
+    return {"quick": run.plan.quick, "cpu_model": run.model.text, "cpu_model_name": run.model.name, "cpu_us": x,
             "regime": regime_doc(run), "label": label(run, variant),
             "capacity": run.cap, "calibration": run.calib, "arms": run.arms, "notes": run.notes,
             "k6": run.drivers.k6, "top": run.plan.top, "k6_max_vus": args.k6_max_vus,
