@@ -182,7 +182,7 @@ static void build_info_series(echod_metrics__render_t *r, const echod_metrics__f
         echod_metrics__label(r, "sched_policy", echod_sched_policy_name(cfg->dispatch.sched_policy));
         /* flat cost or cost model: the unit costs a scrape was priced with (per call they may differ) */
         const echod_work_model_t *m = &cfg->work.model;
-        char model[256] = "off";
+        char model[384] = "off"; /* every unit at its widest fits */
         if (m->enabled)
             snprintf(
                 model, sizeof(model),
